@@ -1,0 +1,40 @@
+# The two commands in the README's quickstart. Both create .venv and install what they need.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch is pinned: the machine carries a CPU build of exactly this version, an unpinned torch
+# pulls gigabytes of CUDA wheels. xgboost-cpu is the same xgboost module without the CUDA deps.
+DEV_DEPS := torch==2.13.0 "xgboost-cpu>=3.0,<4" "llvmlite>=0.44" "onnx>=1.15" "onnxruntime>=1.17" \
+	"tqdm>=4.60" "matplotlib>=3.7" "pyarrow>=14"
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-all lint typecheck clean env
+
+env: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(DEV_DEPS)
+	$(BIN)/python -m pip install -q -e ".[dev,sklearn,lightgbm,pandas]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m peregrine.demo
+
+# Default run: everything but slow and peer-comparison tests, on both cores.
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -m "not slow and not peer" --timeout 900
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -n 2 --timeout 1800
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

@@ -1,0 +1,24 @@
+"""Peregrine: compile trained classical-ML models into fast, exact programs.
+
+>>> import peregrine
+>>> fast = peregrine.compile(fitted_model, backend="torch")
+>>> fast.predict_proba(X)
+"""
+
+from peregrine._version import __version__
+from peregrine.api import compile, load, supported_models
+from peregrine.errors import (
+    ArtifactError,
+    InputError,
+    NotFittedError,
+    PeregrineError,
+    UnsupportedModelError,
+)
+from peregrine.options import CompileOptions, Precision, TreeStrategy
+from peregrine.runtime.compiled import CompiledModel
+
+__all__ = [
+    "ArtifactError", "CompileOptions", "CompiledModel", "InputError", "NotFittedError",
+    "PeregrineError", "Precision", "TreeStrategy", "UnsupportedModelError", "__version__",
+    "compile", "load", "supported_models",
+]  # fmt: skip

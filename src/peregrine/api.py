@@ -1,0 +1,92 @@
+"""Public entry points: compile, load, supported_models."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from peregrine.backends import get_backend, resolve_auto
+from peregrine.errors import ArtifactError, UnsupportedModelError
+from peregrine.frontends import FRONTENDS, convert, load_all
+from peregrine.options import CompileOptions
+from peregrine.runtime.compiled import CompiledModel, build
+
+
+def compile(  # noqa: A001 - the public name users expect
+    model: Any,
+    backend: str = "torch",
+    *,
+    device: str = "cpu",
+    options: CompileOptions | None = None,
+    sample_input: Any = None,
+) -> CompiledModel:
+    """Compile a fitted model into a CompiledModel with the same methods and answers.
+
+    Parameters
+    ----------
+    model:
+        A fitted scikit-learn, XGBoost or LightGBM model (see ``supported_models()``).
+    backend:
+        ``"torch"``, ``"torchscript"``, ``"reference"``, ``"native"`` or ``"auto"`` (the fastest
+        available on this machine).
+    device:
+        ``"cpu"`` or a torch device such as ``"cuda"`` (tensor backends only).
+    options:
+        A :class:`CompileOptions`; defaults are exact and pick strategies automatically.
+    sample_input:
+        Representative rows; used to check the input contract early and, where a backend tunes,
+        to measure candidate strategies on the user's own data.
+    """
+    options = options or CompileOptions()
+    if not isinstance(options, CompileOptions):
+        raise TypeError(f"options must be a peregrine.CompileOptions, got {type(options).__name__}")
+    if not isinstance(backend, str):
+        raise UnsupportedModelError(f"backend must be a string, got {type(backend).__name__}")
+    spec = convert(model)
+    if backend == "auto":
+        backend = resolve_auto()
+    if sample_input is not None and options.batch_size is None:
+        from peregrine.runtime.inputs import prepare_input
+
+        rows = prepare_input(sample_input, spec, check=False)
+        options = options.replace(batch_size=max(1, int(rows.shape[0])))
+    devices = get_backend(backend).devices
+    if device.split(":")[0] not in devices:
+        raise UnsupportedModelError(
+            f"backend {backend!r} runs on {', '.join(devices)}, not on {device!r}"
+        )
+    return build(spec, backend, options, device)
+
+
+def load(path: str | os.PathLike, *, backend: str | None = None,
+         device: str | None = None) -> CompiledModel:
+    """Load an artifact written by ``CompiledModel.save``. Never unpickles or runs stored code.
+
+    The program is rebuilt for the saved backend (or ``backend`` if given) from the stored IR.
+    """
+    from peregrine.runtime.artifact import load_artifact
+
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no artifact at {path}")
+    spec, body, content_hash = load_artifact(path)
+    try:
+        options = CompileOptions.from_json(body["options"])
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ArtifactError(f"{path}: stored options are invalid ({exc})") from exc
+    return build(spec, backend or body["backend"], options, device or body["device"],
+                 content_hash)
+
+
+def supported_models() -> list[dict[str, Any]]:
+    """One row per supported estimator class: name, library, methods, notes."""
+    load_all()
+    rows = []
+    for entry in FRONTENDS:
+        rows.append({
+            "model": entry.key.__name__,
+            "module": entry.key.__module__.split(".")[0],
+            "library": entry.info.get("library", ""),
+            "methods": list(entry.info.get("methods", ())),
+            "notes": entry.info.get("notes", ""),
+        })
+    return sorted(rows, key=lambda r: (r["library"], r["model"]))

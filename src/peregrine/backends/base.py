@@ -1,0 +1,46 @@
+"""The backend interface. A backend turns a ModelSpec into an Executable; adding a backend is one
+new module that subclasses Backend and registers it (see backends/__init__.py)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import numpy as np
+
+from peregrine.frontends.base import ModelSpec
+from peregrine.options import CompileOptions
+
+
+class Executable(ABC):
+    """A compiled program: computes named graph outputs for a validated 2-D input."""
+
+    @abstractmethod
+    def run(self, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """X is a 2-D numpy array (float32/float64) or, for tensor backends, a torch tensor."""
+
+    @abstractmethod
+    def explain(self) -> dict[str, Any]:
+        """What was chosen (strategy, schedule, dtypes) and why."""
+
+    def to(self, device: str) -> Executable:
+        raise NotImplementedError(f"{type(self).__name__} cannot move to device {device!r}")
+
+    @property
+    def device(self) -> str:
+        return "cpu"
+
+
+class Backend(ABC):
+    name: ClassVar[str]
+    description: ClassVar[str] = ""
+    devices: ClassVar[tuple[str, ...]] = ("cpu",)
+
+    @classmethod
+    def available(cls) -> bool:
+        """True when the backend's dependencies import on this machine."""
+        return True
+
+    @classmethod
+    @abstractmethod
+    def compile(cls, spec: ModelSpec, options: CompileOptions, device: str) -> Executable: ...

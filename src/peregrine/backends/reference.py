@@ -1,0 +1,216 @@
+"""The reference backend: a plain NumPy evaluator of the IR. It defines what each op means, is the
+oracle for the other backends in tests, and the fallback when nothing faster is installed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from peregrine.backends.base import Backend, Executable
+from peregrine.frontends.base import ModelSpec
+from peregrine.ir import Forest, Graph, Link, Node, Op
+from peregrine.ir.forest import LIGHTGBM_ZERO_THRESHOLD
+from peregrine.options import CompileOptions, Precision
+
+# ------------------------------------------------------------------------ tree semantics --
+
+
+def compute_dtype(forest: Forest, x_dtype: np.dtype, precision: Precision) -> np.dtype:
+    """Precision the comparisons run in. float32 is exact when the library itself rounds inputs to
+    float32, or when the input already is float32 (thresholds are rounded to match)."""
+    if precision is Precision.FLOAT32 or forest.input_dtype == np.float32:
+        return np.dtype(np.float32)
+    if precision is Precision.FLOAT64:
+        return np.dtype(np.float64)
+    return np.dtype(np.float32) if x_dtype == np.float32 else np.dtype(np.float64)
+
+
+def decide_left(forest: Forest, nodes: np.ndarray, x: np.ndarray, thr: np.ndarray) -> np.ndarray:
+    """Whether value ``x`` at internal node ``nodes`` goes left (the Forest's one decision rule)."""
+    nan = np.isnan(x)
+    with np.errstate(invalid="ignore"):
+        left = np.where(nan, forest.nan_left[nodes], x <= thr[nodes])
+        if forest.has_missing_zero:
+            zero = forest.missing_zero[nodes] & (np.abs(x) <= LIGHTGBM_ZERO_THRESHOLD)
+            left = np.where(zero, forest.nan_left[nodes], left)
+        if forest.has_categorical:
+            cat = forest.cat_index[nodes]
+            is_cat = (cat >= 0) & ~nan
+            if np.any(is_cat):
+                n_bits = forest.n_cat_bits
+                trunc = np.trunc(np.where(is_cat, x, 0.0))
+                neg = (x < 0) if forest.cat_negative_before_trunc else (trunc < 0)
+                invalid = neg | ~(trunc < n_bits)  # catches +inf too
+                code = np.where(invalid | ~is_cat, 0, trunc).astype(np.int64)
+                row = np.where(is_cat, cat, 0)
+                word = forest.cat_bitsets[row, code // 32]
+                bit = ((word >> (code % 32).astype(np.uint32)) & 1).astype(bool)
+                cat_left = np.where(invalid, forest.cat_unknown_left[row], bit)
+                left = np.where(is_cat, cat_left, left)
+    return left
+
+
+def forest_leaves(forest: Forest, X: np.ndarray, precision: Precision = Precision.AUTO):
+    """Leaf node index reached in every tree: int64 (n_rows, n_trees)."""
+    dt = compute_dtype(forest, X.dtype, precision)
+    Xc = np.asarray(X, dtype=dt)
+    thr = forest.thresholds_for(dt)
+    n = Xc.shape[0]
+    idx = np.broadcast_to(forest.tree_offsets[:-1], (n, forest.n_trees)).copy()
+    rows = np.arange(n)[:, None]
+    for _ in range(forest.max_depth()):
+        feat = forest.feature[idx]
+        active = feat >= 0
+        if not active.any():
+            break
+        x = Xc[rows, np.where(active, feat, 0)]
+        safe = np.where(active, idx, forest.tree_offsets[0])
+        go_left = decide_left(forest, safe, x, thr)
+        nxt = np.where(go_left, forest.left[safe], forest.right[safe])
+        idx = np.where(active, nxt, idx)
+    return idx
+
+
+def forest_predict(forest: Forest, X: np.ndarray, precision: Precision = Precision.AUTO):
+    """Aggregated ensemble output (n_rows, n_outputs) in float64."""
+    leaves = forest_leaves(forest, X, precision)
+    n = leaves.shape[0]
+    out = np.zeros((n, forest.n_outputs), dtype=np.float64)
+    if forest.value_width == forest.n_outputs:
+        for t in range(forest.n_trees):  # tree order, as the libraries accumulate
+            out += forest.value[leaves[:, t]]
+    else:
+        for t in range(forest.n_trees):
+            out[:, forest.tree_group[t]] += forest.value[leaves[:, t], 0]
+    out /= forest.output_divisor()
+    return out + forest.base_score
+
+
+# ------------------------------------------------------------------------- op rules -------
+
+Rule = Callable[[Node, list, CompileOptions], np.ndarray]
+RULES: dict[Op, Rule] = {}
+
+
+def rule(op: Op) -> Callable[[Rule], Rule]:
+    def deco(fn: Rule) -> Rule:
+        RULES[op] = fn
+        return fn
+
+    return deco
+
+
+@rule(Op.REPLACE_WITH_NAN)
+def _replace(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    x = ins[0]
+    value = node.attrs["value"]
+    return np.where(x == np.asarray(value, dtype=x.dtype), np.nan, x).astype(x.dtype)
+
+
+@rule(Op.TREE_ENSEMBLE)
+def _trees(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    return forest_predict(node.attrs["forest"], ins[0], options.precision)
+
+
+@rule(Op.AFFINE)
+def _affine(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    scale = np.asarray(node.attrs.get("scale", 1.0), dtype=np.float64)
+    shift = np.asarray(node.attrs.get("shift", 0.0), dtype=np.float64)
+    return ins[0] * scale + shift
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    # Branch-free and overflow-free: exp of a non-positive number only.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+@rule(Op.LINK)
+def _link(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    x = ins[0]
+    kind = node.attrs["kind"]
+    if kind is Link.IDENTITY:
+        return x
+    if kind is Link.SIGMOID:
+        return sigmoid(float(node.attrs.get("scale", 1.0)) * x)
+    if kind is Link.SOFTMAX:
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+    if kind is Link.EXP:
+        return np.exp(x)
+    if kind is Link.ISOLATION_SCORE:
+        return -(2.0 ** (-x / float(node.attrs["denominator"])))
+    raise NotImplementedError(f"reference backend: link {kind}")
+
+
+@rule(Op.BINARY_PROBA)
+def _binary(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    p = ins[0][:, :1]
+    return np.concatenate([1.0 - p, p], axis=1)
+
+
+@rule(Op.ARGMAX)
+def _argmax(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    return np.argmax(ins[0], axis=1)[:, None].astype(np.int64)
+
+
+@rule(Op.THRESHOLD)
+def _threshold(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    x = ins[0][:, :1]
+    v = float(node.attrs["value"])
+    hit = (x > v) if node.attrs.get("strict", True) else (x >= v)
+    return hit.astype(np.int64)
+
+
+def evaluate(graph: Graph, X: np.ndarray, outputs: tuple[str, ...],
+             options: CompileOptions | None = None) -> dict[str, np.ndarray]:
+    """Evaluate the graph outputs named in ``outputs`` on X (2-D)."""
+    options = options or CompileOptions()
+    values: dict[str, Any] = {}
+    wanted = {graph.outputs[o] for o in outputs}
+    needed = _needed(graph, wanted)
+    for node in graph.toposort():
+        if node.name not in needed:
+            continue
+        if node.op is Op.INPUT:
+            values[node.name] = X
+            continue
+        values[node.name] = RULES[node.op](node, [values[i] for i in node.inputs], options)
+    return {o: values[graph.outputs[o]] for o in outputs}
+
+
+def _needed(graph: Graph, wanted: set[str]) -> set[str]:
+    by_name = graph.by_name
+    seen: set[str] = set()
+    stack = list(wanted)
+    while stack:
+        n = stack.pop()
+        if n not in seen:
+            seen.add(n)
+            stack.extend(by_name[n].inputs)
+    return seen
+
+
+class ReferenceExecutable(Executable):
+    def __init__(self, spec: ModelSpec, options: CompileOptions) -> None:
+        self.spec = spec
+        self.options = options
+
+    def run(self, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
+        if not isinstance(X, np.ndarray):
+            X = X.detach().cpu().numpy()
+        return evaluate(self.spec.graph, X, outputs, self.options)
+
+    def explain(self) -> dict[str, Any]:
+        return {"backend": "reference", "why": "NumPy evaluator of the IR (the test oracle)"}
+
+
+class ReferenceBackend(Backend):
+    name = "reference"
+    description = "NumPy evaluator of the IR; the oracle and fallback"
+
+    @classmethod
+    def compile(cls, spec: ModelSpec, options: CompileOptions, device: str) -> Executable:
+        return ReferenceExecutable(spec, options)

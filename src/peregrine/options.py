@@ -1,0 +1,99 @@
+"""The one options object. Frozen and typed so that a compiled model can record exactly what it
+was built with, and so that nothing is threaded through functions as loose keyword flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+
+class TreeStrategy(enum.Enum):
+    """How tree ensembles are lowered to tensor programs (Hummingbird, OSDI'20, section 4)."""
+
+    AUTO = "auto"
+    GEMM = "gemm"  # three dense products per tree batch: good for shallow trees, small batches
+    TREE_TRAVERSAL = "tree_traversal"  # gather per level over the node arrays: deep trees
+    PERFECT_TREE_TRAVERSAL = "perfect_tree_traversal"  # trees padded to perfect shape
+
+
+class Precision(enum.Enum):
+    """Arithmetic precision of the compiled program.
+
+    AUTO keeps results exact: comparisons run in the input's own precision (float32 input against
+    thresholds rounded so that float32 comparisons give the double-precision answer; float64 input
+    in float64 where the source library compares in float64), and leaf values accumulate in float64.
+    FLOAT32 trades the last bits of the sum for speed: float64 input is rounded to float32 first,
+    which is exact only for libraries that do the same (scikit-learn trees, XGBoost).
+    """
+
+    AUTO = "auto"
+    FLOAT32 = "float32"
+    FLOAT64 = "float64"
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Everything that steers compilation. Pass one instance to :func:`peregrine.compile`.
+
+    Attributes
+    ----------
+    tree_strategy:
+        Tensor strategy for tree ensembles; AUTO lets ``peregrine.tune`` pick one.
+    precision:
+        See :class:`Precision`.
+    n_threads:
+        Threads the backend may use; ``None`` means all cores.
+    batch_size:
+        Expected rows per call; steers strategy choice (``None``: unknown, assume large batches).
+    schedule:
+        Backend-specific schedule object (native backend); ``None`` lets the backend choose.
+    validate_input:
+        Check NaN/inf policy of the source library on every call (cheap; keep on).
+    """
+
+    tree_strategy: TreeStrategy = TreeStrategy.AUTO
+    precision: Precision = Precision.AUTO
+    n_threads: int | None = None
+    batch_size: int | None = None
+    schedule: Any = None
+    validate_input: bool = True
+
+    def __post_init__(self) -> None:
+        # Accept the enum's string value too, so CLI and JSON round-trips stay simple.
+        if isinstance(self.tree_strategy, str):
+            object.__setattr__(self, "tree_strategy", TreeStrategy(self.tree_strategy))
+        if isinstance(self.precision, str):
+            object.__setattr__(self, "precision", Precision(self.precision))
+        if self.n_threads is not None and self.n_threads < 1:
+            raise ValueError(f"CompileOptions.n_threads must be >= 1, got {self.n_threads}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"CompileOptions.batch_size must be >= 1, got {self.batch_size}")
+
+    def replace(self, **changes: Any) -> CompileOptions:
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        schedule = self.schedule
+        if schedule is not None and hasattr(schedule, "to_json"):
+            schedule = schedule.to_json()
+        return {
+            "tree_strategy": self.tree_strategy.value,
+            "precision": self.precision.value,
+            "n_threads": self.n_threads,
+            "batch_size": self.batch_size,
+            "schedule": schedule,
+            "validate_input": self.validate_input,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CompileOptions:
+        return cls(
+            tree_strategy=TreeStrategy(data["tree_strategy"]),
+            precision=Precision(data["precision"]),
+            n_threads=data.get("n_threads"),
+            batch_size=data.get("batch_size"),
+            schedule=data.get("schedule"),
+            validate_input=bool(data.get("validate_input", True)),
+        )

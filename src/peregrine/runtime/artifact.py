@@ -1,0 +1,230 @@
+"""Artifact format: a zip holding ``manifest.json`` (structure, metadata, per-file SHA-256) and
+``.npy`` arrays. Loading never unpickles (``allow_pickle=False``) and never executes code; a
+missing, extra, altered or truncated member, or a different format version, is an ArtifactError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import zipfile
+from typing import Any
+
+import numpy as np
+
+from peregrine.errors import ArtifactError
+from peregrine.frontends.base import MethodSpec, ModelSpec
+from peregrine.ir import Forest, Graph, Link, Node, Op, verify
+
+FORMAT = "peregrine-artifact"
+FORMAT_VERSION = 1
+MAX_MEMBER_BYTES = 4 << 30  # refuse absurd members before reading them (zip bombs)
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+
+    def array(self, arr: np.ndarray) -> dict[str, str]:
+        name = f"arrays/{len(self.files):05d}.npy"
+        buf = io.BytesIO()
+        arr = np.asarray(arr)
+        if arr.dtype == object:
+            arr = arr.astype(str)  # string labels; restored to object dtype on load
+        np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
+        self.files[name] = buf.getvalue()
+        return {"__array__": name}
+
+    def value(self, v: Any) -> Any:
+        if isinstance(v, Forest):
+            meta, arrays = v.to_state()
+            return {"__forest__": meta, "arrays": {k: self.array(a) for k, a in arrays.items()}}
+        if isinstance(v, Link):
+            return {"__link__": v.value}
+        if isinstance(v, np.ndarray):
+            return self.array(v)
+        if isinstance(v, np.generic):
+            return v.item()
+        if isinstance(v, (list, tuple)):
+            return [self.value(x) for x in v]
+        if isinstance(v, dict):
+            return {"__dict__": [[k, self.value(x)] for k, x in v.items()]}
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        raise TypeError(f"cannot store attribute of type {type(v).__name__} in an artifact")
+
+
+class _Reader:
+    def __init__(self, zf: zipfile.ZipFile, hashes: dict[str, str]) -> None:
+        self.zf = zf
+        self.hashes = hashes
+
+    def read(self, name: str) -> bytes:
+        if name not in self.hashes:
+            raise ArtifactError(f"artifact refers to {name!r}, which its manifest does not list")
+        try:
+            info = self.zf.getinfo(name)
+        except KeyError:
+            raise ArtifactError(f"artifact is missing member {name!r}") from None
+        if info.file_size > MAX_MEMBER_BYTES:
+            raise ArtifactError(f"artifact member {name!r} is implausibly large")
+        try:
+            data = self.zf.read(name)
+        except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            raise ArtifactError(f"artifact member {name!r} is corrupt: {exc}") from exc
+        if hashlib.sha256(data).hexdigest() != self.hashes[name]:
+            raise ArtifactError(f"artifact member {name!r} does not match its hash (tampered?)")
+        return data
+
+    def array(self, ref: dict) -> np.ndarray:
+        try:
+            return np.load(io.BytesIO(self.read(ref["__array__"])), allow_pickle=False)
+        except ValueError as exc:
+            raise ArtifactError(f"artifact array {ref['__array__']!r} is invalid: {exc}") from exc
+
+    def value(self, v: Any) -> Any:
+        if isinstance(v, dict):
+            if "__array__" in v:
+                return self.array(v)
+            if "__forest__" in v:
+                arrays = {k: self.array(a) for k, a in v["arrays"].items()}
+                try:
+                    return Forest.from_state(v["__forest__"], arrays)
+                except (KeyError, ValueError, TypeError) as exc:
+                    raise ArtifactError(f"artifact holds an invalid forest: {exc}") from exc
+            if "__link__" in v:
+                return Link(v["__link__"])
+            if "__dict__" in v:
+                return {k: self.value(x) for k, x in v["__dict__"]}
+            raise ArtifactError(f"artifact holds an unknown value tag {sorted(v)}")
+        if isinstance(v, list):
+            return [self.value(x) for x in v]
+        return v
+
+
+def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
+                  options: dict[str, Any], backend_state: dict[str, Any] | None,
+                  versions: dict[str, str]) -> str:
+    """Write the artifact; returns its content hash."""
+    w = _Writer()
+    graph = {
+        "nodes": [
+            {"name": n.name, "op": n.op.value, "inputs": list(n.inputs), "dtype": n.dtype,
+             "width": n.width, "attrs": {k: w.value(a) for k, a in n.attrs.items()}}
+            for n in spec.graph.nodes
+        ],
+        "outputs": dict(spec.graph.outputs),
+    }
+    methods = {}
+    for name, m in spec.methods.items():
+        labels = None
+        if m.labels is not None:
+            labels = {"array": w.array(m.labels), "object": m.labels.dtype == object}
+        methods[name] = {"output": m.output, "squeeze": m.squeeze, "dtype": m.dtype,
+                         "labels": labels}
+    body = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "backend": backend,
+        "device": device,
+        "options": options,
+        "backend_state": backend_state,
+        "versions": versions,
+        "spec": {
+            "graph": graph,
+            "methods": methods,
+            "n_features": spec.n_features,
+            "source": spec.source,
+            "feature_names": list(spec.feature_names) if spec.feature_names else None,
+            "allow_nan": spec.allow_nan,
+            "allow_inf": spec.allow_inf,
+            "category_maps": [[k, w.value(list(v))] for k, v in spec.category_maps.items()],
+            "versions": spec.versions,
+        },
+    }
+    hashes = {name: hashlib.sha256(data).hexdigest() for name, data in w.files.items()}
+    body["files"] = hashes
+    body_bytes = json.dumps(body, sort_keys=True).encode()
+    content_hash = hashlib.sha256(body_bytes).hexdigest()
+    manifest = json.dumps({"body": body, "content_hash": content_hash}, sort_keys=True).encode()
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("manifest.json", manifest)
+        for name, data in w.files.items():
+            zf.writestr(name, data)
+    return content_hash
+
+
+def read_manifest(path: Any) -> tuple[dict[str, Any], str, zipfile.ZipFile]:
+    try:
+        zf = zipfile.ZipFile(path, "r")
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        raise ArtifactError(f"{path}: not a Peregrine artifact (bad zip: {exc})") from exc
+    try:
+        raw = zf.read("manifest.json")
+        doc = json.loads(raw)
+        body, content_hash = doc["body"], doc["content_hash"]
+    except KeyError:
+        raise ArtifactError(f"{path}: not a Peregrine artifact (no manifest)") from None
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, TypeError) as exc:
+        raise ArtifactError(f"{path}: manifest is corrupt ({exc})") from exc
+    if not isinstance(body, dict) or body.get("format") != FORMAT:
+        raise ArtifactError(f"{path}: not a Peregrine artifact")
+    if hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest() != content_hash:
+        raise ArtifactError(f"{path}: manifest does not match its content hash (tampered?)")
+    if body.get("format_version") != FORMAT_VERSION:
+        raise ArtifactError(
+            f"{path}: artifact format version {body.get('format_version')} is not supported by "
+            f"this Peregrine (reads version {FORMAT_VERSION}); recompile the model"
+        )
+    extra = set(zf.namelist()) - set(body["files"]) - {"manifest.json"}
+    if extra:
+        raise ArtifactError(f"{path}: artifact holds unlisted members {sorted(extra)[:3]}")
+    return body, content_hash, zf
+
+
+def load_artifact(path: Any) -> tuple[ModelSpec, dict[str, Any], str]:
+    """Read and verify an artifact: (spec, manifest body, content hash)."""
+    body, content_hash, zf = read_manifest(path)
+    with zf:
+        r = _Reader(zf, body["files"])
+        for name in body["files"]:
+            r.read(name)  # verify every member's hash up front, whether or not it is used
+        try:
+            spec = _spec_from_json(body["spec"], r)
+        except ArtifactError:
+            raise
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ArtifactError(f"{path}: artifact structure is invalid ({exc})") from exc
+    return spec, body, content_hash
+
+
+def _spec_from_json(d: dict[str, Any], r: _Reader) -> ModelSpec:
+    nodes = tuple(
+        Node(n["name"], Op(n["op"]), tuple(n["inputs"]),
+             {k: r.value(a) for k, a in n["attrs"].items()}, n["dtype"], n["width"])
+        for n in d["graph"]["nodes"]
+    )
+    graph = Graph(nodes, dict(d["graph"]["outputs"]))
+    verify(graph)
+    methods = {}
+    for name, m in d["methods"].items():
+        labels = None
+        if m["labels"] is not None:
+            labels = r.array(m["labels"]["array"])
+            if m["labels"]["object"]:
+                labels = labels.astype(object)
+        methods[name] = MethodSpec(m["output"], bool(m["squeeze"]), labels, m["dtype"])
+    return ModelSpec(
+        graph=graph,
+        methods=methods,
+        n_features=int(d["n_features"]),
+        source=str(d["source"]),
+        feature_names=tuple(d["feature_names"]) if d["feature_names"] else None,
+        allow_nan=bool(d["allow_nan"]),
+        allow_inf=bool(d["allow_inf"]),
+        category_maps={int(k): tuple(r.value(v)) for k, v in d["category_maps"]},
+        versions=dict(d.get("versions", {})),
+    )

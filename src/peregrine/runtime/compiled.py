@@ -1,0 +1,156 @@
+"""CompiledModel: the object users get back. It exposes exactly the methods the source model has,
+validates inputs at the boundary, runs the backend's Executable, and shapes/labels the outputs as
+the source library does."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from peregrine.backends import Executable, get_backend
+from peregrine.errors import InputError
+from peregrine.frontends.base import METHOD_NAMES, ModelSpec
+from peregrine.options import CompileOptions
+
+
+class _Method:
+    """Descriptor: present only when the source model has the method (so ``hasattr`` is honest,
+    as scikit-learn's ``available_if`` does)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"Same as the source model's ``{name}``; returns the same numbers."
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        if self.name not in obj.spec.methods:
+            raise AttributeError(
+                f"{obj.spec.source} has no {self.name}(); available: {', '.join(obj.methods)}"
+            )
+
+        def call(X: Any) -> np.ndarray:
+            return obj._call(self.name, X)
+
+        call.__name__ = self.name
+        call.__doc__ = self.__doc__
+        return call
+
+
+class CompiledModel:
+    predict = _Method("predict")
+    predict_proba = _Method("predict_proba")
+    decision_function = _Method("decision_function")
+    transform = _Method("transform")
+    score_samples = _Method("score_samples")
+
+    def __init__(self, spec: ModelSpec, backend: str, executable: Executable,
+                 options: CompileOptions, device: str = "cpu",
+                 content_hash: str | None = None) -> None:
+        self.spec = spec
+        self.backend = backend
+        self.options = options
+        self.content_hash = content_hash
+        self._exec = executable
+        self._device = device
+
+    # ------------------------------------------------------------------ public surface --
+    @property
+    def methods(self) -> tuple[str, ...]:
+        return tuple(m for m in METHOD_NAMES if m in self.spec.methods)
+
+    @property
+    def device(self) -> str:
+        return self._device
+
+    @property
+    def n_features_in_(self) -> int:
+        return self.spec.n_features
+
+    @property
+    def feature_names_in_(self) -> np.ndarray | None:
+        names = self.spec.feature_names
+        return None if names is None else np.array(names, dtype=object)
+
+    @property
+    def classes_(self) -> np.ndarray | None:
+        m = self.spec.methods.get("predict")
+        return None if m is None else m.labels
+
+    def explain(self) -> str:
+        """Human-readable account of what was compiled and which choices were made, and why."""
+        info = self.explain_dict()
+        lines = [f"Peregrine compiled {info['source']} for backend {info['backend']!r} "
+                 f"on {info['device']}"]
+        lines.append(f"  methods: {', '.join(info['methods'])}")
+        lines.append(f"  input: {info['n_features']} features"
+                     + (", matched by column name" if self.spec.feature_names else ""))
+        for key, val in info["backend_choices"].items():
+            if isinstance(val, dict):
+                val = json.dumps(val, default=str)
+            lines.append(f"  {key}: {val}")
+        return "\n".join(lines)
+
+    def explain_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.spec.source,
+            "backend": self.backend,
+            "device": self._device,
+            "methods": list(self.methods),
+            "n_features": self.spec.n_features,
+            "options": self.options.to_json(),
+            "backend_choices": self._exec.explain(),
+        }
+
+    def to(self, device: str) -> CompiledModel:
+        """Move to another device (tensor backends). Returns self for chaining."""
+        self._exec = self._exec.to(device)
+        self._device = device
+        return self
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Write a versioned, hashed artifact; returns its content hash."""
+        from peregrine import __version__
+        from peregrine.runtime.artifact import save_artifact
+
+        state = getattr(self._exec, "artifact_state", None)
+        self.content_hash = save_artifact(
+            path, self.spec, backend=self.backend, device=self._device,
+            options=self.options.to_json(),
+            backend_state=state() if callable(state) else None,
+            versions={"peregrine": __version__},
+        )
+        return self.content_hash
+
+    def __repr__(self) -> str:
+        return (f"CompiledModel({self.spec.source}, backend={self.backend!r}, "
+                f"device={self._device!r}, methods={list(self.methods)})")
+
+    # ---------------------------------------------------------------------- internals --
+    def _call(self, name: str, X: Any) -> np.ndarray:
+        method = self.spec.methods[name]
+        keep_tensor = getattr(self._exec, "accepts_tensors", False)
+        arr = prepare_input(X, self.spec, keep_tensor=keep_tensor,
+                            check=self.options.validate_input)
+        if arr.shape[0] == 0:
+            raise InputError("input has 0 rows; expected at least one")
+        out = self._exec.run(arr, (method.output,))[method.output]
+        out = np.asarray(out)
+        if method.labels is not None:
+            out = method.labels[out.reshape(-1)]
+            return out
+        if method.squeeze:
+            out = out.reshape(-1)
+        return out.astype(method.dtype, copy=False)
+
+
+def build(spec: ModelSpec, backend: str, options: CompileOptions, device: str,
+          content_hash: str | None = None) -> CompiledModel:
+    executable = get_backend(backend).compile(spec, options, device)
+    return CompiledModel(spec, backend, executable, options, device, content_hash)
+
+
+from peregrine.runtime.inputs import prepare_input  # noqa: E402  (after CompiledModel: no cycle)
