@@ -8,6 +8,7 @@ forests average the per-tree outputs.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -69,10 +70,12 @@ def accepts_nan(model: Any, n_features: int) -> bool:
     """Whether the fitted estimator accepts NaN at predict time. scikit-learn decides this from
     splitter/criterion/monotonic constraints in private helpers whose rules move between
     releases, so ask the estimator itself on one all-NaN row."""
-    try:
-        model.predict(np.full((1, n_features), np.nan, dtype=np.float32))
-    except ValueError:
-        return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # e.g. "X does not have valid feature names"
+        try:
+            model.predict(np.full((1, n_features), np.nan, dtype=np.float32))
+        except ValueError:
+            return False
     return True
 
 

@@ -1,0 +1,143 @@
+"""Every user mistake gets a typed error that says what and where."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.datasets import make_classification, make_regression
+from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
+from sklearn.linear_model import LogisticRegression
+from sklearn.svm import SVR
+
+import peregrine
+from peregrine import InputError, NotFittedError, UnsupportedModelError
+
+
+@pytest.fixture(scope="module")
+def frame_model():
+    X, y = make_classification(200, 4, n_informative=3, n_redundant=0, random_state=0)
+    df = pd.DataFrame(X, columns=["age", "income", "score", "tenure"])
+    model = RandomForestClassifier(5, max_depth=4, random_state=0).fit(df, y)
+    return model, df
+
+
+@pytest.fixture(scope="module")
+def compiled(frame_model):
+    return peregrine.compile(frame_model[0], "reference")
+
+
+def test_unsupported_estimator_names_it_and_lists_supported():
+    X, y = make_regression(50, 3, random_state=0)
+    with pytest.raises(UnsupportedModelError, match=r"SVR.*Supported models:.*RandomForest"):
+        peregrine.compile(SVR().fit(X, y), "reference")
+
+
+def test_arbitrary_object_unsupported():
+    with pytest.raises(UnsupportedModelError, match="object"):
+        peregrine.compile(object(), "reference")
+
+
+def test_unfitted_model():
+    with pytest.raises(NotFittedError, match="not fitted"):
+        peregrine.compile(RandomForestClassifier(), "reference")
+
+
+def test_unknown_backend(frame_model):
+    with pytest.raises(UnsupportedModelError, match="unknown backend 'tpu'"):
+        peregrine.compile(frame_model[0], "tpu")
+
+
+def test_bad_options_type(frame_model):
+    with pytest.raises(TypeError, match="CompileOptions"):
+        peregrine.compile(frame_model[0], "reference", options={"tree_strategy": "gemm"})
+
+
+def test_options_validate_values():
+    with pytest.raises(ValueError):
+        peregrine.CompileOptions(tree_strategy="fastest")
+    with pytest.raises(ValueError, match="n_threads"):
+        peregrine.CompileOptions(n_threads=0)
+
+
+def test_wrong_feature_count(compiled):
+    with pytest.raises(InputError, match="3 features, but the model expects 4"):
+        compiled.predict(np.zeros((2, 3)))
+
+
+def test_wrong_rank(compiled):
+    with pytest.raises(InputError, match="2-D.*reshape"):
+        compiled.predict(np.zeros(4))
+    with pytest.raises(InputError, match="3-D"):
+        compiled.predict(np.zeros((1, 2, 4)))
+
+
+def test_empty_input(compiled):
+    with pytest.raises(InputError, match="0 rows"):
+        compiled.predict(np.zeros((0, 4)))
+
+
+def test_strings_where_numbers_go(compiled):
+    with pytest.raises(InputError, match="non-numeric"):
+        compiled.predict(np.array([["a", "b", "c", "d"]], dtype=object))
+    with pytest.raises(InputError, match="dtype"):
+        compiled.predict(np.array([["a", "b", "c", "d"]]))
+
+
+def test_unsupported_container(compiled):
+    with pytest.raises(InputError, match="unsupported input type"):
+        compiled.predict({"age": 1})
+
+
+def test_sparse_input(compiled):
+    sp = pytest.importorskip("scipy.sparse")
+    with pytest.raises(InputError, match="sparse"):
+        compiled.predict(sp.csr_matrix(np.zeros((2, 4))))
+
+
+def test_dataframe_missing_and_unknown_columns(compiled, frame_model):
+    _, df = frame_model
+    with pytest.raises(InputError, match=r"missing columns \['tenure'\]"):
+        compiled.predict(df.drop(columns=["tenure"]))
+    with pytest.raises(InputError, match=r"unknown columns \['zip'\]"):
+        compiled.predict(df.assign(zip=1.0))
+    with pytest.raises(InputError, match=r"missing columns \['age'\].*unknown columns \['Age'\]"):
+        compiled.predict(df.rename(columns={"age": "Age"}))
+
+
+def test_dataframe_reordered_columns_matched_by_name(compiled, frame_model):
+    model, df = frame_model
+    shuffled = df[["tenure", "score", "age", "income"]]
+    np.testing.assert_array_equal(compiled.predict_proba(shuffled), model.predict_proba(df))
+
+
+def test_dataframe_string_column(compiled, frame_model):
+    _, df = frame_model
+    bad = df.astype({"income": object})
+    bad.loc[3, "income"] = "n/a"
+    with pytest.raises(InputError, match="column 'income'"):
+        compiled.predict(bad)
+
+
+def test_inf_rejected_where_source_rejects(compiled):
+    X = np.zeros((3, 4))
+    X[2, 1] = np.inf
+    with pytest.raises(InputError, match="infinity at row 2, column 1"):
+        compiled.predict(X)
+
+
+def test_methods_match_source(compiled):
+    assert hasattr(compiled, "predict_proba")
+    assert not hasattr(compiled, "transform")
+    assert not hasattr(compiled, "decision_function")
+    X, y = make_regression(50, 3, random_state=0)
+    reg = peregrine.compile(RandomForestRegressor(3, random_state=0).fit(X, y), "reference")
+    assert reg.methods == ("predict",)
+    with pytest.raises(AttributeError, match="no predict_proba"):
+        reg.predict_proba(X)
+
+
+def test_unsupported_linear_model_until_pipelines_land():
+    X, y = make_classification(50, 3, n_informative=2, n_redundant=0, random_state=0)
+    with pytest.raises(UnsupportedModelError, match="LogisticRegression"):
+        peregrine.compile(LogisticRegression().fit(X, y), "reference")
