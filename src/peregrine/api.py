@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -9,6 +10,7 @@ from peregrine.backends import get_backend, resolve_auto
 from peregrine.errors import ArtifactError, UnsupportedModelError
 from peregrine.frontends import FRONTENDS, convert, load_all
 from peregrine.options import CompileOptions
+from peregrine.passes import run_passes
 from peregrine.runtime.compiled import CompiledModel, build
 
 
@@ -43,6 +45,7 @@ def compile(  # noqa: A001 - the public name users expect
     if not isinstance(backend, str):
         raise UnsupportedModelError(f"backend must be a string, got {type(backend).__name__}")
     spec = convert(model)
+    spec = dataclasses.replace(spec, graph=run_passes(spec.graph))
     if backend == "auto":
         backend = resolve_auto()
     if sample_input is not None and options.batch_size is None:

@@ -1,0 +1,67 @@
+"""Local simplifications: rewrites that remove work without changing any result bit."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from peregrine.ir import Graph, Link, Node, Op
+
+
+def _rewire(graph: Graph, alias: dict[str, str], drop: set[str]) -> Graph:
+    def resolve(name: str) -> str:
+        while name in alias:
+            name = alias[name]
+        return name
+
+    nodes = tuple(
+        replace(n, inputs=tuple(resolve(i) for i in n.inputs))
+        for n in graph.nodes
+        if n.name not in drop
+    )
+    outputs = {k: resolve(v) for k, v in graph.outputs.items()}
+    return Graph(nodes, outputs)
+
+
+def pm_drop_identity_links(graph: Graph) -> Graph:
+    """LINK(identity) is a no-op: point its readers at its input."""
+    alias = {
+        n.name: n.inputs[0]
+        for n in graph.nodes
+        if n.op is Op.LINK and n.attrs.get("kind") is Link.IDENTITY
+    }
+    return _rewire(graph, alias, set(alias)) if alias else graph
+
+
+def pm_fold_affine_chains(graph: Graph) -> Graph:
+    """AFFINE(AFFINE(x)) -> one AFFINE when the inner one has no other reader.
+
+    In general (x*a + b)*c + d = x*(a*c) + (b*c + d) rounds differently, so the fold is applied
+    only where it keeps every result bit: the inner affine is a pure scale (b = 0) and the outer
+    a pure shift (c = 1), giving x*a + d with the same two roundings."""
+    readers: dict[str, int] = {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            readers[i] = readers.get(i, 0) + 1
+    for out in graph.outputs.values():
+        readers[out] = readers.get(out, 0) + 1
+    by_name = graph.by_name
+    for n in graph.nodes:
+        if n.op is not Op.AFFINE:
+            continue
+        inner = by_name[n.inputs[0]]
+        if inner.op is not Op.AFFINE or readers.get(inner.name, 0) != 1:
+            continue
+        c = np.asarray(n.attrs.get("scale", 1.0), np.float64)
+        d = np.asarray(n.attrs.get("shift", 0.0), np.float64)
+        a = np.asarray(inner.attrs.get("scale", 1.0), np.float64)
+        b = np.asarray(inner.attrs.get("shift", 0.0), np.float64)
+        exact = np.all(c == 1.0) and np.all(b == 0.0)  # x*a + d: same single rounding steps
+        if not exact:
+            continue
+        merged = Node(n.name, Op.AFFINE, inner.inputs, {"scale": a, "shift": d}, n.dtype, n.width)
+        nodes = tuple(merged if m.name == n.name else m for m in graph.nodes
+                      if m.name != inner.name)
+        return pm_fold_affine_chains(Graph(nodes, dict(graph.outputs)))
+    return graph
