@@ -221,7 +221,7 @@ class Forest:
             input_dtype=np.dtype(meta["input_dtype"]),
             aggregation=Aggregation(meta["aggregation"]),
             cat_negative_before_trunc=bool(meta["cat_negative_before_trunc"]),
-            **{k: arrays.get(k) for k in cls.ARRAY_FIELDS},
+            **{k: arrays.get(k) for k in cls.ARRAY_FIELDS},  # type: ignore[arg-type]
         )
         forest.validate()
         return forest

@@ -32,7 +32,7 @@ def format_graph(graph: Graph) -> str:
     lines = []
     for n in graph.toposort():
         attrs = ", ".join(
-            f"{k}={'<Forest %d trees>' % v.n_trees if k == 'forest' else v}"
+            f"{k}={f'<Forest {v.n_trees} trees>' if k == 'forest' else v}"
             for k, v in n.attrs.items()
         )
         lines.append(f"{n.name}: {n.dtype}[{n.width}] = {n.op.value}({', '.join(n.inputs)})"
