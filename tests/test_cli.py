@@ -509,3 +509,37 @@ def test_lightgbm_text_model(work, capsys):
     assert code == 0, err
     got = pd.read_parquet(d / "lgb_pred.parquet")["predict"].to_numpy()
     np.testing.assert_allclose(got, loaded.predict(X.to_numpy()), rtol=RTOL, atol=ATOL)
+
+
+def test_value_policy_errors_use_file_row_numbers(tmp_path, capsys):
+    """A value the source library rejects (here inf for a model that refuses it) is reported
+    with the row number in the file, not within the chunk."""
+    import peregrine
+    from peregrine.frontends import convert
+
+    X = _rows(40)
+    rf = sklearn_ensemble.RandomForestRegressor(n_estimators=2, max_depth=2, random_state=0)
+    rf.fit(X, X.f0)
+    if convert(rf).allow_inf:
+        pytest.skip("this frontend accepts inf for RandomForestRegressor")
+    peregrine.compile(rf, backend="reference").save(tmp_path / "m.pgn")
+    X.iloc[30, 1] = np.inf
+    X.to_csv(tmp_path / "inf.csv", index=False)
+    code, _, err = run_main(capsys, "predict", tmp_path / "m.pgn", tmp_path / "inf.csv",
+                            "--batch-size", "8")  # fmt: skip
+    assert_one_line_error(code, err, "data row 31")
+
+
+def test_inspect_when_backend_is_missing_here(work, capsys, monkeypatch):
+    from peregrine.errors import UnsupportedModelError
+    from peregrine.runtime import compiled
+
+    def unavailable(*args, **kwargs):
+        raise UnsupportedModelError("backend 'reference' is not available: test")
+
+    monkeypatch.setattr(compiled, "build", unavailable)
+    code, out, _ = run_main(capsys, "inspect", work["dir"] / "rf.pgn", "--json")
+    assert code == 0
+    info = json.loads(out)
+    assert info["explain"] is None and "not available" in info["note"]
+    assert info["n_features"] == 4  # everything else is still there

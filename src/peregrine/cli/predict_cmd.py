@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import time
 
 from peregrine.cli._common import (
@@ -136,8 +137,12 @@ def _score(fn, df, start: int, schema, args: argparse.Namespace):
     try:
         return fn(frame)
     except InputError as exc:
-        # The compiled model counts rows from 0 within the chunk; say where the chunk starts.
-        raise InputError(f"{args.data}: in the chunk starting at data row {start}: {exc}") from exc
+        # The compiled model counts rows from 0 within the chunk: renumber them as data rows
+        # of the file (from 1, as every other message here), or else say where the chunk began.
+        text, n = re.subn(r"\bat row (\d+)", lambda m: f"at data row {start + int(m[1])}", str(exc))
+        if n == 0:
+            text = f"in the chunk starting at data row {start}: {text}"
+        raise InputError(f"{args.data}: {text}") from exc
 
 
 def _frame(method: str, values, classes):
