@@ -106,7 +106,10 @@ def rule(op: Op) -> Callable[[Rule], Rule]:
 def _replace(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
     x = ins[0]
     value = node.attrs["value"]
-    return np.where(x == np.asarray(value, dtype=x.dtype), np.nan, x).astype(x.dtype)
+    # compare_dtype (optional): compare after casting x to it; XGBoost tests float32(x) == missing
+    cdt = np.dtype(node.attrs.get("compare_dtype") or x.dtype)
+    hit = x.astype(cdt, copy=False) == np.asarray(value, dtype=cdt)
+    return np.where(hit, np.nan, x).astype(x.dtype)
 
 
 @rule(Op.TREE_ENSEMBLE)

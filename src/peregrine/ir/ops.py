@@ -12,7 +12,9 @@ import enum
 
 class Op(enum.Enum):
     INPUT = "input"  # the feature matrix X (batch, n_features)
-    REPLACE_WITH_NAN = "replace_with_nan"  # attrs: value — entries equal to it become NaN
+    # attrs: value — entries equal to it become NaN; compare_dtype (optional, e.g. "float32"):
+    # compare after casting the input to that dtype (XGBoost's missing test is on float32(x))
+    REPLACE_WITH_NAN = "replace_with_nan"
     TREE_ENSEMBLE = "tree_ensemble"  # attrs: forest — aggregated leaf values + base score
     AFFINE = "affine"  # attrs: scale, shift (per column or scalar): x * scale + shift
     LINK = "link"  # attrs: kind (Link), and kind-specific parameters
