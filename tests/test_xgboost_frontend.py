@@ -11,6 +11,7 @@ import pytest
 import xgboost as xgb
 
 import peregrine
+from peregrine.backends import available_backends
 from peregrine.backends.reference import forest_predict
 from peregrine.errors import InputError, NotFittedError, UnsupportedModelError
 from peregrine.frontends import convert
@@ -191,10 +192,12 @@ def test_missing_value_compared_after_float32_cast():
     Xt = X[:6].copy()
     # float64 values that round to float32(-999) are missing to XGBoost as well
     Xt[:, 1] = [-999.0, -999.00001, -998.99999, -999.001, np.nan, 0.0]
-    c = compiled(model)
-    np.testing.assert_allclose(c.predict(Xt), model.predict(Xt), rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(c.predict(Xt.astype(np.float32)), model.predict(Xt), rtol=RTOL,
-                               atol=ATOL)
+    for backend in available_backends():  # every backend must honour compare_dtype
+        c = peregrine.compile(model, backend)
+        np.testing.assert_allclose(c.predict(Xt), model.predict(Xt), rtol=RTOL, atol=ATOL,
+                                   err_msg=backend)
+        np.testing.assert_allclose(c.predict(Xt.astype(np.float32)), model.predict(Xt),
+                                   rtol=RTOL, atol=ATOL, err_msg=backend)
 
 
 @pytest.mark.parametrize("missing", [np.nan, 0.0, np.inf, -np.inf])
