@@ -9,6 +9,7 @@ raise, and the runner turns that into a skipped system with a note.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import shutil
@@ -44,6 +45,16 @@ def _booster_of(model: Any) -> Any:
     if model_library(model) == "xgboost":
         return model.get_booster()
     return model.booster_
+
+
+def _xgboost_unnamed(model: Any) -> Any:
+    """A copy without feature names: onnxmltools parses XGBoost's text dump and only accepts
+    the default 'f<index>' names. Columns are positional in the ONNX graph either way."""
+    clone = copy.deepcopy(model)
+    booster = clone if is_booster(clone) else clone.get_booster()
+    booster.feature_names = None
+    booster.feature_types = None
+    return clone
 
 
 def _temp_dir(owner: Any, prefix: str) -> str:
@@ -124,7 +135,7 @@ class OnnxRuntimePeer(Peer):
 
         types = [("input", FloatTensorType([None, n_features]))]
         if library == "xgboost":
-            return convert_xgboost(model, initial_types=types)
+            return convert_xgboost(_xgboost_unnamed(model), initial_types=types)
         return convert_lightgbm(model, initial_types=types, zipmap=False)
 
 

@@ -33,6 +33,7 @@ def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
 def describe(path: str) -> dict[str, Any]:
     """Everything 'inspect' reports, as plain JSON-able data."""
     from peregrine.errors import UnsupportedModelError
+    from peregrine.frontends.base import METHOD_NAMES
     from peregrine.runtime.artifact import load_artifact
     from peregrine.runtime.compiled import build
 
@@ -45,7 +46,7 @@ def describe(path: str) -> dict[str, Any]:
         "source": spec.source,
         "backend": body.get("backend"),
         "device": body.get("device"),
-        "methods": [m for m in spec.methods],
+        "methods": [m for m in METHOD_NAMES if m in spec.methods],  # public order
         "n_features": spec.n_features,
         "feature_names": list(spec.feature_names) if spec.feature_names else None,
         "categorical_features": sorted(spec.category_maps),
