@@ -167,6 +167,19 @@ def _threshold(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
     return hit.astype(np.int64)
 
 
+@rule(Op.ORDINAL_ENCODE)
+def _ordinal_encode(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    x = ins[0]
+    out = x.copy()
+    for j, cats in zip(node.attrs["columns"], node.attrs["categories"]):
+        cats = np.asarray(cats, dtype=np.float64)
+        col = x[:, int(j)].astype(np.float64)
+        pos = np.searchsorted(cats, col)  # NaN sorts past the end
+        hit = (pos < len(cats)) & (np.append(cats, np.nan)[pos] == col)
+        out[:, int(j)] = np.where(hit, pos, np.nan)
+    return out
+
+
 def evaluate(graph: Graph, X: np.ndarray, outputs: tuple[str, ...],
              options: CompileOptions | None = None) -> dict[str, np.ndarray]:
     """Evaluate the graph outputs named in ``outputs`` on X (2-D)."""

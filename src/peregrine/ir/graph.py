@@ -146,4 +146,5 @@ _ATTR_CHECKS = {
     Op.ARGMAX: _one_input,
     Op.THRESHOLD: _one_input,
     Op.REPLACE_WITH_NAN: _one_input,
+    Op.ORDINAL_ENCODE: _one_input,
 }

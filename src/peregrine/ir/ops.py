@@ -21,6 +21,11 @@ class Op(enum.Enum):
     BINARY_PROBA = "binary_proba"  # (n,1) probability p -> (n,2) [1-p, p]
     ARGMAX = "argmax"  # (n,k) -> (n,1) int64, first maximum wins (numpy semantics)
     THRESHOLD = "threshold"  # attrs: value, strict: (n,1) -> int64 (x > v) or (x >= v)
+    # attrs: columns (ints), categories (one ascending float64 array per column). Each listed
+    # column's value becomes its position among that column's categories (exact float64
+    # equality, -0.0 == 0.0), NaN when absent or NaN; other columns pass through unchanged.
+    # scikit-learn's OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=nan).
+    ORDINAL_ENCODE = "ordinal_encode"
 
 
 class Link(enum.Enum):

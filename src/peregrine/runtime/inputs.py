@@ -120,7 +120,11 @@ def _from_dataframe(df: Any, spec: ModelSpec) -> np.ndarray:
     all_f32 = True
     for j, name in enumerate(df.columns):
         col = df.iloc[:, j]
-        if isinstance(col.dtype, pd.CategoricalDtype):
+        # object/string columns with a fit-time category map (scikit-learn HGB encodes those
+        # itself) are looked up like category columns
+        if isinstance(col.dtype, pd.CategoricalDtype) or (
+            j in spec.category_maps and col.dtype.kind not in "fiub"
+        ):
             out[:, j] = _category_codes(col, spec.category_maps.get(j), name)
             all_f32 = False
             continue
@@ -153,7 +157,9 @@ def _category_codes(col: Any, categories: tuple | None, name: Any) -> np.ndarray
     if categories is None:
         codes = col.cat.codes.to_numpy()
     else:
-        codes = pd.Categorical(col.to_numpy(dtype=object), categories=list(categories)).codes
+        # get_indexer: -1 for unseen values, without pandas' deprecation of unseen values in
+        # pd.Categorical(values, categories=...)
+        codes = pd.Index(list(categories)).get_indexer(col.to_numpy(dtype=object))
     codes = codes.astype(np.float64)
     codes[codes < 0] = np.nan
     return codes
