@@ -20,6 +20,13 @@ HistGradientBoosting has no public tree structure: this module reads the private
 ``_bin_mapper.make_known_categories_bitsets()``, ``_preprocessor`` and ``_loss``, all as of
 scikit-learn 1.4-1.9. GradientBoosting's baseline comes from its own ``_raw_predict_init`` and
 the loss object ``_loss``.
+
+Known gaps (inputs where the compiled model answers and sklearn does something else):
++-inf in a categorical column (sklearn's encoder raises; here it is missing); a model fit on a
+DataFrame with explicit ``categorical_features`` whose column has pandas category dtype with
+*numeric* categories (the runtime turns category columns into codes, the graph expects values:
+fit with the default "from_dtype" instead); numpy input to a model fit with "from_dtype" (codes
+are expected, sklearn would look the numbers up among the categories).
 """
 
 from __future__ import annotations
@@ -40,8 +47,13 @@ from sklearn.ensemble import (
 )
 from sklearn.utils._missing import is_scalar_nan
 
-from peregrine.frontends.base import MethodSpec, ModelSpec, register_frontend, require_fitted, \
-    unsupported
+from peregrine.frontends.base import (
+    MethodSpec,
+    ModelSpec,
+    register_frontend,
+    require_fitted,
+    unsupported,
+)
 from peregrine.frontends.sklearn_trees import accepts_nan, tree_arrays, tree_model_spec
 from peregrine.ir import GraphBuilder, Link, Op, concat_trees, make_forest
 
@@ -108,6 +120,15 @@ def _gb_baseline(model: Any) -> np.ndarray:
     return np.asarray(raw, dtype=np.float64).reshape(-1)
 
 
+def _gb_accepts_nan(model: Any) -> bool:
+    """GradientBoosting rejects NaN in 1.9 (validate_data with the default ensure_all_finite);
+    probe rather than hard-code, quietly (a DataFrame-fit model warns about the probe's ndarray).
+    Were NaN accepted, predict_stages would still send it right: nan_left is False throughout."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return accepts_nan(model, model.n_features_in_)
+
+
 def _gb_forest(model: Any):
     require_fitted(model, "estimators_", "init_", "n_features_in_")
     estimators = np.asarray(model.estimators_, dtype=object)
@@ -149,7 +170,7 @@ def convert_gb_classifier(model: Any) -> ModelSpec:
     # GB binary predict: (raw >= 0) -> class 1 (_gb.py GradientBoostingClassifier.predict)
     graph, methods = _classifier_graph(forest, None, model.classes_, link, strict=False)
     return tree_model_spec(model, graph, methods, model.n_features_in_,
-                           allow_nan=accepts_nan(model, model.n_features_in_))
+                           allow_nan=_gb_accepts_nan(model))
 
 
 @register_frontend(
@@ -162,7 +183,7 @@ def convert_gb_regressor(model: Any) -> ModelSpec:
         raise unsupported(model, f"loss {model.loss!r}", "losses with an identity link")
     graph, methods = _regressor_graph(forest, None, Link.IDENTITY)
     return tree_model_spec(model, graph, methods, model.n_features_in_,
-                           allow_nan=accepts_nan(model, model.n_features_in_))
+                           allow_nan=_gb_accepts_nan(model))
 
 
 # -------------------------------------------------------------------- HistGradientBoosting --

@@ -29,7 +29,7 @@ from peregrine.frontends.base import (
     require_fitted,
     unsupported,
 )
-from peregrine.frontends.sklearn_trees import accepts_nan, tree_arrays, tree_model_spec
+from peregrine.frontends.sklearn_trees import tree_arrays, tree_model_spec
 from peregrine.ir import Aggregation, GraphBuilder, Link, Op, concat_trees, make_forest
 
 
@@ -86,6 +86,5 @@ def convert_isolation_forest(model: Any) -> ModelSpec:
         "predict": MethodSpec("predict", labels=np.array([-1, 1])),
     }
     # score_samples validates with ensure_all_finite=False: NaN and +-inf are accepted
-    spec = tree_model_spec(model, graph, methods, n_features,
-                           allow_nan=accepts_nan(model, n_features))
+    spec = tree_model_spec(model, graph, methods, n_features, allow_nan=True)
     return dataclasses.replace(spec, allow_inf=True)
