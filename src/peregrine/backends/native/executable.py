@@ -1,0 +1,399 @@
+"""The native executable: compiled forests plus the rules for the ops around them.
+
+Each TREE_ENSEMBLE node becomes a :class:`ForestProgram` (packed arrays + kernels per input
+dtype). The element-wise ops right after it (links, affine, binary probabilities) run fused in
+the kernel (epilogue.py); every other op runs its rule from ``reference.RULES`` on the kernel's
+output, so those ops stay defined in exactly one place.
+
+Threads: a kernel takes a row range and a tree range, and ctypes drops the GIL for the call, so
+large batches are split over a small thread pool with no Python inside the hot loop. A handful
+of rows goes through thread-local buffers with cached pointers: one copy in, one ctypes call,
+one copy out.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from peregrine.backends.base import Executable
+from peregrine.backends.native import epilogue, jit
+from peregrine.backends.native.codegen import (
+    ARGS,
+    CACHE_ROWS_BYTES,
+    DESC,
+    KernelSpec,
+    row_register_capacity,
+)
+from peregrine.backends.native.irutil import FLOATS
+from peregrine.backends.native.layout import PackedForest, pack
+from peregrine.backends.native.schedule import Lanes, Parallel, Schedule
+from peregrine.backends.reference import RULES, compute_dtype
+from peregrine.errors import InputError
+from peregrine.ir import Forest, Node, Op
+from peregrine.options import CompileOptions, Precision
+
+KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+# Below this many (row, tree) pairs a thread hand-off (tens of microseconds) costs more than it
+# saves: one walk is a few nanoseconds.
+PARALLEL_MIN_WORK = 1 << 17
+INPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_ARG = {name: i for i, name in enumerate(ARGS)}
+_RE = _ARG["re"]
+
+
+@cache
+def _pool(workers: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="peregrine-native")
+
+
+def kernel_spec(packed: PackedForest, schedule: Schedule, x_dtype: np.dtype,
+                target: jit.Target, n_features: int) -> KernelSpec:
+    by_rows = schedule.lanes is Lanes.ROWS
+    cache_rows = (schedule.cache_rows and schedule.vector_width > 1 and by_rows
+                  and schedule.row_tile * n_features * packed.cmp_dtype.itemsize
+                  <= CACHE_ROWS_BYTES)
+    capacity = row_register_capacity(target.isa, schedule.vector_width,
+                                     FLOATS[packed.cmp_dtype.name])
+    return KernelSpec(
+        layout=packed.layout.value,
+        depth=packed.depth if packed.layout.value == "perfect" else 0,
+        x_dtype=np.dtype(x_dtype).name,
+        cmp_dtype=packed.cmp_dtype.name,
+        leaf_dtype=packed.leaf_dtype.name,
+        n_outputs=packed.n_outputs,
+        value_width=packed.value_width,
+        average=packed.average,
+        has_nan=packed.has_nan,
+        has_missing_zero=packed.has_missing_zero,
+        has_categorical=packed.has_categorical,
+        cat_negative_before_trunc=packed.has_categorical and packed.cat_negative_before_trunc,
+        isa=target.isa,
+        lanes=schedule.lanes.value,
+        row_in_registers=not by_rows and 0 < n_features <= capacity,
+        cache_rows=cache_rows,
+        vector_width=schedule.vector_width,
+        interleave=schedule.interleave,
+        row_tile=schedule.row_tile,
+        tree_tile=schedule.tree_tile,
+        loop_order=schedule.loop_order.value,
+    )
+
+
+@dataclass
+class _Variant:
+    """What one (schedule, input dtype) runs: kernel, packed arrays, their descriptor."""
+
+    fn: Any
+    spec: KernelSpec
+    packed: PackedForest
+    desc: np.ndarray
+    origin: str
+
+
+class ForestProgram:
+    """One forest compiled under a batch schedule and (optionally) a few-rows schedule."""
+
+    def __init__(self, forest: Forest, schedule: Schedule, *, precision: Precision,
+                 target: jit.Target, n_threads: int, small: Schedule | None = None,
+                 small_rows: int = 0) -> None:
+        self.forest, self.schedule, self.small, self.small_rows = (forest, schedule, small,
+                                                                   small_rows if small else 0)
+        self.target, self.precision, self.n_threads = target, precision, max(1, n_threads)
+        self.n_outputs, self.n_trees, self.n_features = (forest.n_outputs, forest.n_trees,
+                                                         forest.n_features)
+        self._packs: dict[tuple, PackedForest] = {}
+        self._variants: dict[tuple[bool, np.dtype], _Variant] = {}
+        self._local = threading.local()
+
+    def variant(self, x_dtype: np.dtype, small: bool = False) -> _Variant:
+        key = (small, x_dtype)
+        v = self._variants.get(key)
+        if v is not None:
+            return v
+        schedule = self.small if small else self.schedule
+        cmp = compute_dtype(self.forest, x_dtype, self.precision)
+        pkey = (cmp, schedule.layout, schedule.reorder_trees)  # what packing depends on
+        packed = self._packs.get(pkey)
+        if packed is None:
+            packed = self._packs[pkey] = pack(self.forest, schedule, cmp)
+        spec = kernel_spec(packed, schedule, x_dtype, self.target, self.n_features)
+        address, origin = jit.kernel_address(spec, self.target)
+        desc = np.zeros(len(DESC), np.int64)
+        for i, name in enumerate(DESC):
+            if name == "n_cat_words":
+                desc[i] = packed.n_cat_words
+            elif name == "n_features":
+                desc[i] = self.n_features
+            else:
+                arr = getattr(packed, name)
+                assert arr.flags.c_contiguous and arr.size > 0, name
+                desc[i] = arr.ctypes.data
+        v = self._variants[key] = _Variant(KERNEL(address), spec, packed, desc, origin)
+        return v
+
+    def prepare(self) -> None:
+        """Compile every kernel now rather than on the first call."""
+        for dt in INPUT_DTYPES:
+            self.variant(dt)
+            if self.small is not None:
+                self.variant(dt, small=True)
+
+    # ------------------------------------------------------------------------ calling --
+    def __call__(self, X: np.ndarray, program: np.ndarray, width: int,
+                 n_threads: int | None = None) -> np.ndarray | None:
+        """Ensemble output after the fused ``program``: (rows, width) float64. Returns None
+        when this call ran over tree ranges in parallel: the caller then gets raw sums from
+        :meth:`raw` instead and applies the epilogue ops as NumPy rules."""
+        n = X.shape[0]
+        if n <= self.small_rows:  # the online path first: every check costs here
+            slot = self._local.__dict__.get((X.dtype.char, id(program)))
+            if slot is not None and X.shape[1] == self.n_features:
+                xbuf, obuf, args, fn, ptr, _ = slot
+                xbuf[:n] = X
+                args[_RE] = n
+                fn(ptr)
+                return obuf[:n].copy() if obuf.shape[1] == width else obuf[:n, :width].copy()
+        if X.ndim != 2 or X.shape[1] < self.n_features:
+            raise InputError(f"forest reads {self.n_features} features, input has shape "
+                             f"{X.shape}")
+        if n <= self.small_rows and self.n_trees:
+            return self._few_rows(X, program, width)
+        if X.dtype not in INPUT_DTYPES:
+            X = X.astype(np.float64)
+        if X.strides[1] != X.itemsize or X.strides[0] % X.itemsize or X.strides[0] < 0:
+            X = np.ascontiguousarray(X)
+        threads = self.n_threads if n_threads is None else max(1, n_threads)
+        out = np.empty((n, max(width, self.n_outputs)), np.float64)
+        if n == 0:
+            return out[:, :width]
+        if self.n_trees == 0:
+            return None
+        v = self.variant(X.dtype)
+        stride = X.strides[0] // X.itemsize if n > 1 else X.shape[1]
+        base = self._args(X.ctypes.data, stride, out, program)
+        block = self.schedule.block_rows
+        if threads == 1 or n * self.n_trees < PARALLEL_MIN_WORK:
+            self._run(v, base, 0, n, 0, self.n_trees, 1)
+        elif self.schedule.parallel is Parallel.TREES or n < 2 * block:
+            return None
+        else:
+            chunk = -(-n // threads)
+            chunk = -(-chunk // block) * block  # whole SIMD blocks per thread
+            jobs = [_pool(threads).submit(self._run, v, base, s, min(s + chunk, n), 0,
+                                          self.n_trees, 1) for s in range(chunk, n, chunk)]
+            self._run(v, base, 0, min(chunk, n), 0, self.n_trees, 1)
+            for j in jobs:
+                j.result()
+        return out[:, :width] if out.shape[1] != width else out
+
+    def raw(self, X: np.ndarray, n_threads: int | None = None) -> np.ndarray:
+        """sum / divisor + base without the epilogue, trees split over threads (Treebeard's
+        privatised reduction): each thread sums its trees into its own buffer."""
+        X = np.ascontiguousarray(X if X.dtype in INPUT_DTYPES else X.astype(np.float64))
+        n, T = X.shape[0], self.n_trees
+        v = self.variant(X.dtype)
+        threads = max(1, min(self.n_threads if n_threads is None else n_threads, T))
+        bounds = np.linspace(0, T, threads + 1).astype(int)
+        parts = [np.zeros((n, self.n_outputs)) for _ in range(threads)]
+        if T and n:
+            bases = [self._args(X.ctypes.data, X.shape[1], p, epilogue.encode([], 1)[0])
+                     for p in parts]
+            jobs = [_pool(threads).submit(self._run, v, bases[i], 0, n, int(bounds[i]),
+                                          int(bounds[i + 1]), 0) for i in range(1, threads)]
+            self._run(v, bases[0], 0, n, int(bounds[0]), int(bounds[1]), 0)
+            for j in jobs:
+                j.result()
+        out = parts[0]
+        for p in parts[1:]:
+            out += p
+        if v.packed.average:
+            out /= v.packed.divisor
+        return out + v.packed.base
+
+    def _args(self, x_ptr: int, stride: int, out: np.ndarray, program: np.ndarray,
+              v: _Variant | None = None) -> list:
+        base = [0] * len(ARGS)
+        base[_ARG["X"]], base[_ARG["stride"]] = x_ptr, stride
+        base[_ARG["out"]], base[_ARG["out_stride"]] = out.ctypes.data, out.shape[1]
+        base[_ARG["epilogue"]] = program.ctypes.data
+        return base
+
+    def _run(self, v: _Variant, base: list, rb: int, re: int, tb: int, te: int, fin: int):
+        args = np.array(base, np.int64)
+        args[[_ARG["rb"], _ARG["re"], _ARG["tb"], _ARG["te"], _ARG["fin"]]] = rb, re, tb, te, fin
+        args[_ARG["desc"]] = v.desc.ctypes.data
+        v.fn(args.ctypes.data)
+
+    def _few_rows(self, X: np.ndarray, program: np.ndarray, width: int) -> np.ndarray:
+        """The online path: copy into this thread's buffer, whose pointers are cached with
+        the argument block, so a call is one copy in, one ctypes call and one copy out."""
+        key = (X.dtype.char, id(program))
+        slot = self._local.__dict__.get(key)
+        if slot is None:
+            dtype = X.dtype if X.dtype in INPUT_DTYPES else np.dtype(np.float64)
+            slot = self._local.__dict__[key] = self._slot(dtype, program, width)
+        xbuf, obuf, args, fn, ptr, _ = slot
+        n = X.shape[0]
+        xbuf[:n] = X if X.shape[1] == self.n_features else X[:, :self.n_features]
+        args[_RE] = n
+        fn(ptr)
+        return obuf[:n, :width].copy()
+
+    def _slot(self, dtype: np.dtype, program: np.ndarray, width: int) -> tuple:
+        """Buffers and argument block for one thread, input dtype and epilogue program."""
+        v = self.variant(dtype, small=True)
+        xbuf = np.zeros((self.small_rows, self.n_features), dtype)
+        obuf = np.zeros((self.small_rows, max(width, self.n_outputs)))
+        args = np.array(self._args(xbuf.ctypes.data, self.n_features, obuf, program),
+                        np.int64)
+        args[[_ARG["rb"], _ARG["tb"], _ARG["te"], _ARG["fin"]]] = 0, 0, self.n_trees, 1
+        args[_ARG["desc"]] = v.desc.ctypes.data
+        # the slot holds program and v too: its cached pointers point into them
+        return xbuf, obuf, args, v.fn, args.ctypes.data, (program, v)
+
+    # ------------------------------------------------------------------------ reports --
+    def describe(self) -> dict[str, Any]:
+        info: dict[str, Any] = {}
+        if self.small is not None:
+            info["few rows"] = f"<= {self.small_rows} rows: {self.small}"
+        for (small, dt), v in sorted(self._variants.items(), key=lambda kv: str(kv[0])):
+            p = v.packed
+            which = "few rows" if small else "batch"
+            info[f"{which} {dt.name} input"] = (
+                f"{p.layout.value} layout depth {p.depth}, compare in {p.cmp_dtype.name}, "
+                f"leaves {p.leaf_dtype.name}, {p.nbytes / 1024:.0f} KiB packed, kernel "
+                f"{v.spec.symbol} ({v.origin})")
+        return info
+
+    def state(self) -> dict[str, Any]:
+        """JSON-able record of the packed model: layout, dtypes and a digest of every array."""
+        packs = {}
+        for (dt, _, _), p in self._packs.items():
+            h = hashlib.sha256()
+            for name, arr in sorted(p.arrays().items()):
+                h.update(name.encode())
+                h.update(np.ascontiguousarray(arr).tobytes())
+            packs[f"{dt.name}/{p.layout.value}"] = {"layout": p.layout.value, "depth": p.depth,
+                              "leaf_dtype": p.leaf_dtype.name, "bytes": p.nbytes,
+                              "tree_order": p.order.tolist(), "sha256": h.hexdigest()}
+        kernels = {f"{'few_rows' if small else 'batch'}/{dt.name}": v.spec.symbol
+                   for (small, dt), v in self._variants.items()}
+        return {"schedule": self.schedule.to_json(),
+                "few_rows_schedule": None if self.small is None else self.small.to_json(),
+                "few_rows": self.small_rows, "packed": packs, "kernels": kernels}
+
+
+@dataclass
+class _Fused:
+    """A forest and the element-wise ops fused after it; computes the value of ``end``."""
+
+    tree: Node
+    chain: list[Node]
+    end: str
+    program: np.ndarray
+    width: int
+
+
+class NativeExecutable(Executable):
+    def __init__(self, spec, options: CompileOptions, programs: dict[str, ForestProgram],
+                 reasons: dict[str, str], target: jit.Target) -> None:
+        self.spec, self.options, self.programs = spec, options, programs
+        self.reasons, self.target = reasons, target
+        self._plans: dict[tuple[str, ...], list] = {}
+
+    def _plan(self, outputs: tuple[str, ...]) -> list:
+        """Nodes in order, with each forest and the element-wise chain after it fused."""
+        graph = self.spec.graph
+        wanted = {graph.outputs[o] for o in outputs}
+        needed, stack = set(), list(wanted)
+        while stack:
+            name = stack.pop()
+            if name not in needed:
+                needed.add(name)
+                stack.extend(graph.node(name).inputs)
+        order = [n for n in graph.toposort() if n.name in needed]
+        users = {n.name: [u for u in order if n.name in u.inputs] for n in order}
+        plan, skip = [], set()
+        for node in order:
+            if node.name in skip:
+                continue
+            if node.op is not Op.TREE_ENSEMBLE:
+                plan.append(node)
+                continue
+            chain, cur, enc = [], node, epilogue.encode([], node.width or 1)
+            while cur.name not in wanted and len(users[cur.name]) == 1:
+                nxt = users[cur.name][0]
+                trial = epilogue.encode(chain + [nxt], node.attrs["forest"].n_outputs)
+                if trial is None or len(nxt.inputs) != 1:
+                    break
+                chain, cur, enc = chain + [nxt], nxt, trial
+            skip.update(n.name for n in chain)
+            plan.append(_Fused(node, chain, cur.name, enc[0], enc[1]))
+        return plan
+
+    def run(self, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
+        plan = self._plans.get(outputs)
+        if plan is None:
+            plan = self._plans[outputs] = self._plan(outputs)
+        if not isinstance(X, np.ndarray):
+            X = X.detach().cpu().numpy()  # a torch tensor handed to a CPU backend
+        if len(plan) == 2 and len(outputs) == 1 and isinstance(plan[1], _Fused):
+            step = plan[1]  # input -> forest and its fused ops: nothing else to evaluate
+            return {outputs[0]: self._forest(step, X)}
+        values: dict[str, Any] = {}
+        for step in plan:
+            if isinstance(step, _Fused):
+                values[step.end] = self._forest(step, values[step.tree.inputs[0]])
+            elif step.op is Op.INPUT:
+                values[step.name] = X
+            else:
+                values[step.name] = RULES[step.op](step, [values[i] for i in step.inputs],
+                                                   self.options)
+        graph = self.spec.graph
+        return {o: values[graph.outputs[o]] for o in outputs}
+
+    def _forest(self, step: _Fused, X: np.ndarray) -> np.ndarray:
+        prog = self.programs[step.tree.name]
+        out = prog(X, step.program, step.width)
+        if out is not None:
+            return out
+        value = prog.raw(X)  # trees ran in parallel: the chain runs as its NumPy rules
+        for node in step.chain:
+            value = RULES[node.op](node, [value], self.options)
+        return value
+
+    def explain(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "backend": "native (LLVM via llvmlite)",
+            "target": f"{self.target.cpu} ({self.target.simd_bytes * 8}-bit SIMD, "
+                      f"{self.target.isa})",
+        }
+        for name, prog in self.programs.items():
+            out[f"{name} schedule"] = str(prog.schedule)
+            out[f"{name} why"] = self.reasons.get(name, "")
+            out[f"{name} threads"] = prog.n_threads
+            for key, val in prog.describe().items():
+                out[f"{name} {key}"] = val
+        return out
+
+    def artifact_state(self) -> dict[str, Any]:
+        return {"target": {"cpu": self.target.cpu, "features": self.target.features},
+                "forests": {name: p.state() for name, p in self.programs.items()}}
+
+
+def default_threads(options: CompileOptions) -> int:
+    if options.n_threads:
+        return options.n_threads
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

@@ -1,0 +1,164 @@
+"""Tree walks and the decision rule, as IR. Mixed into the kernel generator (codegen.py), which
+supplies ``b`` (builder), ``v`` (Lanes), ``spec``, ``d`` (descriptor pointers) and ``fetch_x``.
+
+A walk advances ``interleave`` independent lane groups level by level, so their loads overlap.
+Walks never test for leaves: PERFECT walks run exactly ``depth`` levels; SPARSE leaves are
+self-loops, so a walk may stop once no lane moved.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from peregrine.backends.native.irutil import (
+    F32,
+    F64,
+    I1,
+    I8,
+    I32,
+    I64,
+    MAX_TABLE_REGS,
+    PERMUTES,
+    align,
+    gep,
+)
+from peregrine.backends.native.layout import CATEGORICAL, FEATURE_MASK, MISSING_ZERO
+from peregrine.ir.forest import LIGHTGBM_ZERO_THRESHOLD
+
+
+class Walks:
+    # ------------------------------------------------------------------ PERFECT layout --
+    def walk_perfect(self, root: ir.Value | None, roots: list[ir.Value]) -> list[ir.Value]:
+        """Walk ``interleave`` lane groups down perfect trees; returns the leaf offsets (0 ..
+        2**depth - 1) per group. ``root`` is the scalar root slot when every lane walks the same
+        tree (row lanes), else None and ``roots`` holds each lane's root.
+
+        With one tree for all lanes, node fields come from the cheapest place each level
+        allows: level 0 is a scalar load, levels whose nodes fit in a few registers are lane
+        permutes of the tree's first slots (AVX2/AVX-512), deeper levels gather."""
+        s, b, v, K = self.spec, self.b, self.v, self.spec.interleave
+        idx = [v.const(I32, 0)] * K
+        tables: dict[tuple[str, int], ir.Value] = {}
+
+        def table(name: str, elem: ir.Type, start: int) -> ir.Value:
+            if (name, start) not in tables:
+                p = gep(b, self.d[name], [b.add(root, ir.Constant(I32, start))],
+                        source_etype=elem)
+                tables[name, start] = b.load(p, typ=v.ty(elem), align=align(elem))
+            return tables[name, start]
+
+        for level in range(s.depth):
+            first = 2**level - 1  # slot of the level's leftmost node
+            regs = max(1, 2**level // v.w)  # registers that hold the whole level
+            start = 0 if 2 * first + 1 <= v.w else first
+            starts = [start + j * v.w for j in range(regs)]
+            use_table = root is not None and regs <= MAX_TABLE_REGS
+            nodes = []
+            for k in range(K):
+                if level == 0 and root is not None:
+                    f = b.load(gep(b, self.d["feat"], [root], source_etype=I32), typ=I32)
+                    t = b.load(gep(b, self.d["thr"], [root], source_etype=self.ct), typ=self.ct)
+                    nodes.append((v.splat(f), v.splat(t), f))
+                    continue
+                slot = b.add(roots[k], idx[k])
+                local = b.sub(idx[k], v.const(I32, start))
+                if use_table and self.permute_ok(I32):
+                    f = v.permute([table("feat", I32, j) for j in starts], local, s.isa)
+                else:
+                    f = v.gather(self.d["feat"], I32, slot)
+                if use_table and self.permute_ok(self.ct):
+                    t = v.permute([table("thr", self.ct, j) for j in starts], local, s.isa)
+                else:
+                    t = v.gather(self.d["thr"], self.ct, slot)
+                nodes.append((f, t, None))
+            for k in range(K):
+                f, t, scalar_f = nodes[k]
+                x = self.fetch_x(k, f, level, scalar_f, root, idx[k])
+                left = self.decide(x, f, t)
+                step = b.sub(v.const(I32, 2), b.zext(left, v.ty(I32)))
+                idx[k] = b.add(b.shl(idx[k], v.const(I32, 1)), step)
+        return [b.sub(i, v.const(I32, 2**s.depth - 1)) for i in idx]
+
+    def permute_ok(self, elem: ir.Type) -> bool:
+        return PERMUTES.get((self.spec.isa, self.v.w, elem)) is not None
+
+    # ------------------------------------------------------------------- SPARSE layout --
+    def walk_sparse(self, starts: list[ir.Value], steps: ir.Value | None) -> list[ir.Value]:
+        """Follow ``i = kid[i] + right`` from each lane's root until no lane moves (or after
+        ``steps`` levels, the tree's depth, when every lane walks the same tree)."""
+        b, v, K = self.b, self.v, self.spec.interleave
+        idx = [self.loops.var(v.ty(I32), s, f"node{k}") for k, s in enumerate(starts)]
+        step_i = self.loops.var(I32, ir.Constant(I32, 0), "step")
+        cond = b.append_basic_block("walk.cond")
+        body = b.append_basic_block("walk.body")
+        done = b.append_basic_block("walk.end")
+        b.branch(cond)
+        b.position_at_end(cond)
+        cur_step = b.load(step_i, typ=I32)
+        more = ir.Constant(I1, 1) if steps is None else b.icmp_signed("<", cur_step, steps)
+        b.cbranch(more, body, done)
+        b.position_at_end(body)
+        cur = [b.load(p, typ=v.ty(I32)) for p in idx]
+        loaded = [(v.gather(self.d["feat"], I32, c), v.gather(self.d["thr"], self.ct, c),
+                   v.gather(self.d["kid"], I32, c)) for c in cur]
+        settled = ir.Constant(I1, 1)
+        for k in range(K):
+            f, thr, kid = loaded[k]
+            left = self.decide(self.fetch_x(k, f, None, None, None, None), f, thr)
+            nxt = b.sub(b.add(kid, v.const(I32, 1)), b.zext(left, v.ty(I32)))
+            b.store(nxt, idx[k])
+            settled = b.and_(settled, v.all_true(b.icmp_signed("==", nxt, cur[k])))
+        b.store(b.add(cur_step, ir.Constant(I32, 1)), step_i)
+        b.cbranch(settled, done, cond)  # no lane moved: every walk sits on its leaf
+        b.position_at_end(done)
+        return [b.load(p, typ=v.ty(I32)) for p in idx]
+
+    # ------------------------------------------------------------ the decision rule --
+    def decide(self, x: ir.Value, f: ir.Value, t: ir.Value) -> ir.Value:
+        """Forest's one rule (see ir/forest.py), lane-wise: True where the row goes left."""
+        s, b, v = self.spec, self.b, self.v
+        left = b.fcmp_ordered("<=", x, t)  # NaN compares false: goes right unless flagged
+        nan_left = b.icmp_signed("<", f, v.const(I32, 0))
+        if s.has_nan:
+            left = b.or_(left, b.and_(nan_left, b.fcmp_unordered("uno", x, x)))
+        if s.has_missing_zero:
+            zero = b.fcmp_ordered("<=", v.unary("fabs", x),
+                                  v.const(self.ct, LIGHTGBM_ZERO_THRESHOLD))
+            mz = b.icmp_unsigned("!=", b.and_(f, v.const(I32, MISSING_ZERO)), v.const(I32, 0))
+            left = b.select(b.and_(mz, zero), nan_left, left)
+        if s.has_categorical:
+            left = self.decide_categorical(f, t, x, left)
+        return left
+
+    def decide_categorical(self, f, t, x, left):
+        """c = trunc(x); invalid (negative, or past the bitset) -> cat_unknown_left, else the
+        bit. Computed for every lane and selected, so no lane branches."""
+        s, b, v, ct = self.spec, self.b, self.v, self.ct
+        is_cat = b.icmp_unsigned("!=", b.and_(f, v.const(I32, CATEGORICAL)), v.const(I32, 0))
+        is_cat = b.and_(is_cat, b.fcmp_ordered("ord", x, x))  # NaN keeps its default direction
+        row = b.bitcast(t, v.ty(I32 if ct is F32 else I64))
+        if ct is F64:
+            row = b.trunc(row, v.ty(I32))
+        row = b.select(is_cat, row, v.const(I32, 0))
+        tx = v.unary("trunc", x)
+        negative = b.fcmp_ordered("<", x if s.cat_negative_before_trunc else tx, v.const(ct, 0.0))
+        n_words = b.trunc(self.d["n_cat_words"], I32)
+        n_bits = b.uitofp(b.mul(n_words, ir.Constant(I32, 32)), ct)
+        in_range = b.fcmp_ordered("<", tx, v.splat(n_bits))  # false for +inf
+        valid = b.and_(b.not_(negative), in_range)
+        code = b.fptosi(b.select(b.and_(valid, is_cat), tx, v.const(ct, 0.0)), v.ty(I32))
+        word_idx = b.add(b.mul(row, v.splat(n_words)), b.lshr(code, v.const(I32, 5)))
+        word = v.gather(self.d["cat_bits"], I32, word_idx)
+        bit = b.and_(b.lshr(word, b.and_(code, v.const(I32, 31))), v.const(I32, 1))
+        unknown = v.gather(self.d["cat_unknown"], I8, row)
+        cat_left = b.select(valid, b.icmp_unsigned("!=", bit, v.const(I32, 0)),
+                            b.icmp_unsigned("!=", unknown, v.const(I8, 0)))
+        return b.select(is_cat, cat_left, left)
+
+    def feature(self, w: ir.Value) -> ir.Value:
+        """Feature index of a feature word (scalar or lanes): drop the flag bits."""
+        s = self.spec
+        if not (s.has_nan or s.has_missing_zero or s.has_categorical):
+            return w
+        m = ir.Constant(I32, FEATURE_MASK) if w.type == I32 else self.v.const(I32, FEATURE_MASK)
+        return self.b.and_(w, m)

@@ -1,0 +1,178 @@
+"""Schedules for the native backend (Treebeard's auto-scheduler, section 10, for CPUs).
+
+``choose_schedule`` narrows the space by target, batch size, feature count and tree shape to a
+fixed heuristic; when ``CompileOptions.batch_size`` is known (``peregrine.compile`` sets it from
+``sample_input``), it measures a handful of candidates around the heuristic on a synthetic
+batch of that size and keeps the fastest. Measured decisions are cached on disk, keyed by the
+forest's shape, the batch size, the thread count and the CPU, so the next compile of a model of
+that shape (or a reload of a saved one) gets the same schedule without measuring.
+
+Two schedules come back: one for batches (lanes hold rows) and one for a few rows (lanes hold
+trees: one row against 16 trees at a time), with the row count where the second takes over.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from peregrine import config
+from peregrine.backends.native.layout import choose_layout
+from peregrine.backends.native.schedule import Lanes, Layout, Schedule
+from peregrine.ir import Forest
+from peregrine.options import CompileOptions
+
+PERFECT_MAX_DEPTH = 10  # deeper trees: padding wastes more than reading a child index costs
+FEW_ROWS = 8  # at most this many rows: walk trees in the lanes (one row at a time)
+MEASURE_MAX_ROWS = 4096  # a sample batch larger than this predicts nothing new
+MEASURE_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class Choice:
+    schedule: Schedule  # batches
+    few_rows: Schedule | None  # <= few_rows_max rows (None: the batch schedule throughout)
+    few_rows_max: int
+    why: str
+
+
+def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
+    """The fixed rules, from what measurements on AVX-512 and AVX2 machines showed: interleave
+    enough walks to cover a gather's latency (6 at depth 8), rows in lanes for batches, trees
+    in lanes for a few rows, scalar walks where the target has no gathers."""
+    depth = forest.max_depth()
+    layout = choose_layout(forest, Layout.PERFECT if depth <= PERFECT_MAX_DEPTH
+                           else Layout.SPARSE)
+    why = [f"max depth {depth}: {layout.value} layout"]
+    if target.isa == "generic":
+        batch_s = Schedule(layout=layout, vector_width=1, interleave=8, row_tile=64)
+        few = Schedule(layout=layout, lanes=Lanes.TREES, vector_width=1, interleave=8)
+        why.append("no gather instructions on this target: scalar walks x8")
+        return Choice(batch_s, few, FEW_ROWS, "; ".join(why))
+    lanes = 16 if target.isa == "avx512" else 8
+    walks = 6 if layout is Layout.PERFECT else 4
+    block = lanes * walks
+    batch_s = Schedule(layout=layout, vector_width=lanes, interleave=walks, row_tile=3 * block)
+    tree_walks = max(1, min(4, -(-forest.n_trees // lanes)))
+    few = Schedule(layout=layout, lanes=Lanes.TREES, vector_width=lanes, interleave=tree_walks)
+    why.append(f"batches: {walks} walks x {lanes} rows per {lanes * 32}-bit vector; "
+               f"<= {FEW_ROWS} rows: {tree_walks} walks x {lanes} trees")
+    return Choice(batch_s, few, FEW_ROWS, "; ".join(why))
+
+
+def candidates(base: Choice, batch: int) -> list[Choice]:
+    """A few variations around the heuristic for the batch size the user will run."""
+    s, few = base.schedule, base.few_rows
+    if batch <= base.few_rows_max and few is not None:
+        return [base] + [Choice(s, few.replace(interleave=k), base.few_rows_max, base.why)
+                         for k in (1, 2, 8) if k != few.interleave]
+    out = [base]
+    for change in ({"interleave": 4}, {"interleave": 8}, {"tree_tile": 16, "row_tile": 512}):
+        variant = s.replace(**change)
+        if variant != s and variant.block_rows <= max(batch, s.vector_width):
+            out.append(Choice(variant, few, base.few_rows_max, base.why))
+    return out
+
+
+def choose_schedule(forest: Forest, options: CompileOptions, target: Any,
+                    threads: int) -> Choice:
+    base = heuristic(forest, target, options.batch_size)
+    batch = options.batch_size
+    if batch is None or os.environ.get("PEREGRINE_NO_TUNE"):
+        return base
+    key = _key(forest, batch, threads, target)
+    cached = _load_decision(key)
+    if cached is not None:
+        return cached
+    best, timings = measure(forest, candidates(base, batch), batch, options, target, threads)
+    shown = ", ".join(f"{t * 1e3:.2f} ms" for t in timings)
+    choice = Choice(best.schedule, best.few_rows, best.few_rows_max,
+                    f"{base.why}; measured {len(timings)} candidates on {batch} rows ({shown})")
+    _store_decision(key, choice)
+    return choice
+
+
+def measure(forest: Forest, choices: list[Choice], batch: int, options: CompileOptions,
+            target: Any, threads: int) -> tuple[Choice, list[float]]:
+    from peregrine.backends.native.executable import ForestProgram
+
+    rows = synthetic_rows(forest, min(batch, MEASURE_MAX_ROWS))
+    program = np.zeros(1)  # an empty epilogue: only the trees are timed
+    timings = []
+    for c in choices:
+        prog = ForestProgram(forest, c.schedule, precision=options.precision, target=target,
+                             n_threads=threads, small=c.few_rows, small_rows=c.few_rows_max)
+        prog(rows, program, forest.n_outputs)  # compile and warm up
+        best = float("inf")
+        for _ in range(MEASURE_REPEATS):
+            t = time.perf_counter()
+            prog(rows, program, forest.n_outputs)
+            best = min(best, time.perf_counter() - t)
+        timings.append(best)
+    return choices[int(np.argmin(timings))], timings
+
+
+def synthetic_rows(forest: Forest, n: int, seed: int = 0) -> np.ndarray:
+    """Rows drawn per feature from the thresholds the trees test on it, so walks take both
+    sides of the splits as real data would (standard normals would not reach most leaves)."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, forest.n_features)).astype(np.float32)
+    internal = forest.feature >= 0
+    feats, thr = forest.feature[internal], forest.threshold[internal]
+    finite = np.isfinite(thr)
+    for j in np.unique(feats):
+        t = thr[(feats == j) & finite]
+        if t.size:
+            X[:, j] = rng.choice(t, n) + rng.standard_normal(n) * (np.std(t) + 1e-3) * 0.1
+    return X
+
+
+def _key(forest: Forest, batch: int, threads: int, target: Any) -> str:
+    depths = forest.tree_depths()
+    shape = [forest.n_trees, int(depths.max(initial=0)), round(float(depths.mean() or 0), 1),
+             forest.n_features, forest.n_outputs, forest.value_width,
+             forest.has_categorical, forest.has_missing_zero, batch, threads,
+             target.cpu, target.features]
+    return hashlib.sha256(json.dumps(shape, default=str).encode()).hexdigest()[:24]
+
+
+def _path():
+    return config.cache_dir() / "native" / "schedules.json"
+
+
+def _load_decision(key: str) -> Choice | None:
+    try:
+        entry = json.loads(_path().read_text())[key]
+        few = entry["few_rows"]
+        return Choice(Schedule.from_json(entry["schedule"]),
+                      None if few is None else Schedule.from_json(few),
+                      int(entry["few_rows_max"]), entry["why"] + " (cached decision)")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _store_decision(key: str, choice: Choice) -> None:
+    path = _path()
+    try:
+        table = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        table = {}
+    table[key] = {"schedule": choice.schedule.to_json(),
+                  "few_rows": None if choice.few_rows is None else choice.few_rows.to_json(),
+                  "few_rows_max": choice.few_rows_max, "why": choice.why}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(table, indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache only costs measuring again
+
+
+__all__ = ["Choice", "candidates", "choose_schedule", "heuristic", "measure", "synthetic_rows"]

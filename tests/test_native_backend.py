@@ -1,0 +1,376 @@
+"""Native (LLVM) backend against the NumPy reference on synthetic forests that exercise every
+semantic feature of the Forest: NaN default directions, the missing-zero band, categorical
+splits (both truncation rules), ``<`` with float32 inputs and ``<=`` with float64 inputs,
+vector and grouped leaves, averaging; on rows holding NaN, +-inf, -0.0 and threshold edges.
+The library-level checks live in tests/conformance (``-k native``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llvmlite")
+
+import peregrine  # noqa: E402
+from peregrine.backends import reference  # noqa: E402
+from peregrine.backends.native import NativeBackend, Schedule, compile_spec, jit  # noqa: E402
+from peregrine.errors import InputError, UnsupportedModelError  # noqa: E402
+from peregrine.frontends.base import MethodSpec, ModelSpec  # noqa: E402
+from peregrine.ir import (  # noqa: E402
+    Aggregation,
+    Comparison,
+    GraphBuilder,
+    Link,
+    Op,
+    bitset_from_categories,
+    concat_trees,
+    make_forest,
+)
+from peregrine.options import CompileOptions  # noqa: E402
+from peregrine.runtime.compiled import build  # noqa: E402
+from peregrine.tune import native_schedule  # noqa: E402
+
+RTOL, ATOL = 1e-5, 1e-6
+SPECIALS = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-36, -1e-36, 1e-35, 1.0, -1.0, 0.5, -0.5,
+            2.5, 3.0, 7.0, 33.0, 40.0, 63.0, 64.0, 1e30]
+
+
+# ------------------------------------------------------------------------------ builders --
+def random_tree(rng, n_features, depth, p_leaf, width, n_cat, missing_zero):
+    cols = {k: [] for k in ("feature", "threshold", "left", "right", "nan_left", "value",
+                            "missing_zero", "cat_index")}
+
+    def add(d):
+        i = len(cols["feature"])
+        for k, v in (("feature", -1), ("threshold", 0.0), ("left", -1), ("right", -1),
+                     ("nan_left", False), ("missing_zero", False), ("cat_index", -1)):
+            cols[k].append(v)
+        cols["value"].append(rng.normal(size=width))
+        if d < depth and (d == 0 or rng.random() > p_leaf):
+            cols["feature"][i] = int(rng.integers(n_features))
+            cols["threshold"][i] = float(rng.choice(
+                [rng.normal(), 0.0, 1.0, -1.0, 0.5, np.inf, -np.inf, 1e-36, 3.0, 0.1]))
+            cols["nan_left"][i] = bool(rng.random() < 0.5)
+            cols["missing_zero"][i] = bool(missing_zero and rng.random() < 0.3)
+            if n_cat and rng.random() < 0.3:
+                cols["cat_index"][i] = int(rng.integers(n_cat))
+            cols["left"][i] = add(d + 1)
+            cols["right"][i] = add(d + 1)
+        return i
+
+    add(0)
+    return {k: np.array(v) for k, v in cols.items()}
+
+
+def random_forest(seed=0, n_trees=12, n_features=6, depth=5, width=1, n_outputs=1,
+                  groups=False, cat=False, missing_zero=False, p_leaf=0.2, **scalars):
+    rng = np.random.default_rng(seed)
+    n_cat = 5 if cat else 0
+    parts = [random_tree(rng, n_features, depth, p_leaf, width, n_cat, missing_zero)
+             for _ in range(n_trees)]
+    a = concat_trees(parts)
+    kw = {}
+    if cat:
+        kw["cat_index"] = a["cat_index"]
+        kw["cat_bitsets"] = np.stack([bitset_from_categories(rng.choice(64, 20, replace=False), 2)
+                                      for _ in range(n_cat)])
+        kw["cat_unknown_left"] = rng.random(n_cat) < 0.5
+    if missing_zero:
+        kw["missing_zero"] = a["missing_zero"]
+    return make_forest(
+        feature=a["feature"], threshold=a["threshold"], left=a["left"], right=a["right"],
+        nan_left=a["nan_left"], value=a["value"], tree_offsets=a["tree_offsets"],
+        n_features=n_features, n_outputs=n_outputs,
+        tree_group=rng.integers(n_outputs, size=n_trees) if groups else None,
+        base_score=rng.normal(size=n_outputs), **kw, **scalars)
+
+
+def edge_rows(forest, n=257, seed=1):
+    """Normal rows salted with specials, the thresholds themselves and their float32/float64
+    neighbours (where ``<`` and ``<=`` and the float32 rounding of thresholds differ)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, forest.n_features))
+    t = forest.threshold[forest.feature >= 0]
+    t = t[np.isfinite(t)]
+    picks = [np.array(SPECIALS), t, np.nextafter(t, np.inf), np.nextafter(t, -np.inf),
+             np.nextafter(t.astype(np.float32), np.float32(np.inf)).astype(np.float64),
+             np.nextafter(t.astype(np.float32), np.float32(-np.inf)).astype(np.float64)]
+    for values, p in zip(picks, (0.25, 0.15, 0.05, 0.05, 0.05, 0.05)):
+        mask = rng.random(X.shape) < p
+        X[mask] = rng.choice(values, size=int(mask.sum()))
+    return X
+
+
+def model_spec(forest, chain=(), allow_nan=True):
+    g = GraphBuilder()
+    node = g.add(Op.TREE_ENSEMBLE, (g.input(forest.n_features),), width=forest.n_outputs,
+                 forest=forest)
+    width = forest.n_outputs
+    for op, attrs in chain:
+        width = 2 if op is Op.BINARY_PROBA else width
+        node = g.add(op, (node,), width=width, **attrs)
+    graph = g.build({"predict": node})
+    return ModelSpec(graph=graph, methods={"predict": MethodSpec("predict")},
+                     n_features=forest.n_features, source="test.Forest", allow_nan=allow_nan)
+
+
+def compiled(spec, schedule=None, **options):
+    return build(spec, "native", CompileOptions(schedule=schedule, **options), "cpu")
+
+
+def expected(spec, X):
+    return reference.evaluate(spec.graph, X, ("predict",))["predict"]
+
+
+def check(spec, X, schedule=None, **options):
+    model = compiled(spec, schedule, **options)
+    for dtype in (np.float64, np.float32):
+        Xd = X.astype(dtype)
+        np.testing.assert_allclose(model.predict(Xd), expected(spec, Xd), rtol=RTOL, atol=ATOL,
+                                   err_msg=f"{schedule} {np.dtype(dtype).name}")
+    return model
+
+
+# ------------------------------------------------------------------------------- cases ---
+CASES = {
+    "le-float64": dict(),
+    "lt-float32": dict(comparison=Comparison.LT, input_dtype=np.dtype(np.float32)),
+    "missing-zero": dict(missing_zero=True),
+    "categorical": dict(cat=True),
+    "categorical-trunc-first": dict(cat=True, cat_negative_before_trunc=False),
+    "vector-leaves-average": dict(width=3, n_outputs=3, aggregation=Aggregation.AVERAGE),
+    "grouped-leaves": dict(n_outputs=3, groups=True, n_trees=20),
+    "grouped-average": dict(n_outputs=2, groups=True, aggregation=Aggregation.AVERAGE),
+    "deep-sparse": dict(depth=14, p_leaf=0.35, n_trees=6),
+    "wide-rows": dict(n_features=45, n_trees=40),
+    "stumps": dict(depth=1, n_trees=3),
+}
+SCHEDULES = {
+    "rows-simd": Schedule(),
+    "rows-scalar": Schedule(vector_width=1, interleave=3, row_tile=7),
+    "rows-v8-tiles": Schedule(vector_width=8, interleave=2, tree_tile=3, cache_rows=False,
+                              loop_order="trees_outer"),
+    "trees-simd": Schedule(lanes="trees", interleave=2),
+    "trees-scalar": Schedule(lanes="trees", vector_width=1, interleave=4),
+    "sparse-rows": Schedule(layout="sparse", interleave=3),
+    "sparse-trees": Schedule(layout="sparse", lanes="trees"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_matches_reference(case):
+    forest = random_forest(**CASES[case])
+    check(model_spec(forest), edge_rows(forest))
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_schedules_give_identical_outputs(name):
+    forest = random_forest(seed=3, cat=True, missing_zero=True, n_outputs=2, groups=True,
+                           n_trees=37, comparison=Comparison.LT)
+    spec, X = model_spec(forest), edge_rows(forest, n=301)
+    got = check(spec, X, SCHEDULES[name]).predict(X)
+    base = compiled(spec, Schedule()).predict(X)
+    np.testing.assert_allclose(got, base, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["rows-simd", "trees-scalar", "sparse-rows"])
+@pytest.mark.parametrize("case", ["vector-leaves-average", "deep-sparse", "wide-rows"])
+def test_shapes_under_schedules(case, name):
+    forest = random_forest(**CASES[case])
+    check(model_spec(forest), edge_rows(forest), SCHEDULES[name])
+
+
+def test_decisions_at_threshold_edges_are_exact():
+    """One split per tree, left leaf 2**-tree: the sum spells out every decision exactly."""
+    rng = np.random.default_rng(7)
+    thresholds = np.concatenate([rng.normal(size=20), [0.1, 1 / 3, 1e-36, -np.inf, 1e300]])
+    n = len(thresholds)
+    for comparison, in_dtype in ((Comparison.LE, np.float64), (Comparison.LT, np.float32)):
+        forest = make_forest(
+            feature=np.tile([0, -1, -1], n),
+            threshold=np.where(np.tile([True, False, False], n), np.repeat(thresholds, 3), 0.0),
+            left=np.concatenate([[3 * i + 1, -1, -1] for i in range(n)]),
+            right=np.concatenate([[3 * i + 2, -1, -1] for i in range(n)]),
+            nan_left=np.tile([True, False, False], n),
+            value=np.tile([0.0, 1.0, 0.0], n) * np.repeat(2.0 ** -np.arange(n), 3),
+            tree_offsets=np.arange(n + 1) * 3, n_features=1, n_outputs=1,
+            comparison=comparison, input_dtype=np.dtype(in_dtype))
+        t = thresholds[np.isfinite(thresholds)]
+        t32 = t[np.abs(t) < 1e38].astype(np.float32)
+        xs = np.concatenate([t, np.nextafter(t, np.inf), np.nextafter(t, -np.inf),
+                             np.nextafter(t32, np.float32(np.inf)),
+                             np.nextafter(t32, np.float32(-np.inf)), SPECIALS])[:, None]
+        spec = model_spec(forest)
+        for schedule in (Schedule(), Schedule(lanes="trees"), Schedule(vector_width=1)):
+            model = compiled(spec, schedule)
+            for dtype in (np.float64, np.float32):
+                with np.errstate(over="ignore"):  # 1e300 becomes inf in float32, as intended
+                    X = xs.astype(dtype)
+                    want = expected(spec, X)
+                np.testing.assert_array_equal(model.predict(X), want)
+
+
+def test_float64_inputs_compare_in_float64():
+    """Two inputs that round to the same float32 sit on either side of a float64 threshold."""
+    t = 0.1
+    forest = make_forest(feature=[0, -1, -1], threshold=[t, 0, 0], left=[1, -1, -1],
+                         right=[2, -1, -1], nan_left=[False] * 3, value=[0.0, 1.0, 2.0],
+                         tree_offsets=[0, 3], n_features=1, n_outputs=1)
+    X = np.array([[t], [np.nextafter(t, 1.0)], [np.nextafter(t, 0.0)]])
+    assert np.float32(X[0, 0]) == np.float32(X[1, 0])
+    model = compiled(model_spec(forest))
+    np.testing.assert_array_equal(model.predict(X).ravel(), [1.0, 2.0, 1.0])
+
+
+@pytest.mark.parametrize("chain", [
+    [(Op.LINK, {"kind": Link.SIGMOID}), (Op.BINARY_PROBA, {})],
+    [(Op.LINK, {"kind": Link.SIGMOID, "scale": 2.5})],
+    [(Op.AFFINE, {"scale": 0.5, "shift": np.array([1.0, -2.0, 3.0])}),
+     (Op.LINK, {"kind": Link.SOFTMAX})],
+    [(Op.LINK, {"kind": Link.EXP})],
+    [(Op.LINK, {"kind": Link.ISOLATION_SCORE, "denominator": 7.5})],
+    [(Op.LINK, {"kind": Link.SOFTMAX}), (Op.ARGMAX, {})],
+], ids=["sigmoid-binary", "sigmoid-scaled", "affine-softmax", "exp", "isolation", "argmax"])
+def test_fused_epilogue(chain):
+    n_outputs = 3 if any(k.get("kind") is Link.SOFTMAX for _, k in chain) else 1
+    forest = random_forest(seed=5, n_outputs=n_outputs, groups=n_outputs > 1, n_trees=30)
+    spec = model_spec(forest, chain)
+    X = edge_rows(forest)
+    for schedule in (None, Schedule(lanes="trees")):
+        model = compiled(spec, schedule)
+        for rows in (X, X[:1], X[:5]):
+            got, want = model.predict(rows), expected(spec, rows)
+            if want.dtype.kind == "f":
+                np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+            else:
+                np.testing.assert_array_equal(got, want)
+
+
+def test_single_rows_match_batch():
+    forest = random_forest(seed=11, n_trees=70, n_outputs=2, groups=True, missing_zero=True)
+    spec = model_spec(forest)
+    X = edge_rows(forest, n=40)
+    model = compiled(spec)
+    batch = model.predict(X)
+    for k in (1, 2, 7, 8, 9, 17):
+        got = np.concatenate([model.predict(X[i:i + k]) for i in range(0, len(X), k)])
+        np.testing.assert_allclose(got, batch, rtol=1e-12, atol=1e-12)
+    single = model.predict(np.ascontiguousarray(X[3:4]).astype(np.float32))
+    np.testing.assert_allclose(single, expected(spec, X[3:4].astype(np.float32)), RTOL, ATOL)
+
+
+@pytest.mark.parametrize("parallel", ["rows", "trees"])
+def test_one_and_two_threads(parallel):
+    forest = random_forest(seed=2, n_trees=60, depth=6, n_outputs=2, groups=True)
+    spec = model_spec(forest, [(Op.LINK, {"kind": Link.SOFTMAX})])
+    X = edge_rows(forest, n=4000)
+    want = expected(spec, X)
+    for threads in (1, 2):
+        model = compiled(spec, Schedule(parallel=parallel), n_threads=threads)
+        np.testing.assert_allclose(model.predict(X), want, rtol=1e-12, atol=1e-12)
+
+
+def test_generic_x86_target_gives_identical_results():
+    forest = random_forest(seed=4, cat=True, missing_zero=True, n_trees=25, n_features=40)
+    spec = model_spec(forest, [(Op.LINK, {"kind": Link.SIGMOID})])
+    X = edge_rows(forest)
+    run = lambda model, rows: model.run(rows, ("predict",))["predict"]  # noqa: E731
+    for schedule in (Schedule(), Schedule(lanes="trees"), Schedule(layout="sparse")):
+        options = CompileOptions(schedule=schedule)
+        host = compile_spec(spec, options)
+        generic = compile_spec(spec, options, target=jit.Target.generic())
+        assert generic.target.isa == "generic"
+        for rows in (X, X[:1], X[:3]):  # same schedule, same sums: the same bits
+            np.testing.assert_array_equal(run(generic, rows), run(host, rows))
+    auto = compile_spec(spec, CompileOptions(), target=jit.Target.generic())  # scalar walks
+    np.testing.assert_allclose(run(auto, X), expected(spec, X), rtol=1e-13, atol=1e-13)
+
+
+def test_kernel_cache_hits_disk_after_memory_is_cleared(tmp_path, monkeypatch):
+    monkeypatch.setenv("PEREGRINE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jit, "_loaded", {})
+    spec = model_spec(random_forest(seed=9, n_trees=3, depth=3))
+    model = compiled(spec, Schedule(interleave=5))
+    assert "(compiled)" in model.explain()
+    assert list((tmp_path / "native").glob("*.o"))
+    again = compiled(spec, Schedule(interleave=5))
+    assert "(memory)" in again.explain()
+    monkeypatch.setattr(jit, "_loaded", {})
+    third = compiled(spec, Schedule(interleave=5))
+    assert "(disk)" in third.explain() and "(compiled)" not in third.explain()
+    X = np.random.default_rng(0).normal(size=(50, 6))
+    np.testing.assert_array_equal(third.predict(X), model.predict(X))
+
+
+def test_wrong_inputs_raise_typed_errors():
+    spec = model_spec(random_forest(n_trees=2, depth=2))
+    model = compiled(spec)
+    with pytest.raises(InputError, match="features"):
+        model.predict(np.zeros((3, 5)))
+    with pytest.raises(InputError, match="2-D"):
+        model.predict(np.zeros(6))
+    with pytest.raises(InputError):
+        model.predict(np.array([["a"] * 6]))
+    with pytest.raises(UnsupportedModelError, match="schedule"):
+        compiled(spec, schedule=3)
+    with pytest.raises(UnsupportedModelError, match="schedule"):
+        compiled(spec, schedule={"vector_width": 3})
+    with pytest.raises(UnsupportedModelError, match="CPU"):
+        NativeBackend.compile(spec, CompileOptions(), "cuda")
+
+
+def test_schedule_round_trips_and_prints():
+    s = Schedule(layout="sparse", lanes="trees", vector_width=8, interleave=3, row_tile=50)
+    assert s.row_tile == 72  # rounded up to whole blocks of 8 x 3 rows
+    assert Schedule.from_json(s.to_json()) == s
+    assert Schedule.from_json(json.dumps(s.to_json())) == s
+    assert "sparse" in str(s) and "3 walks" in str(s)
+    with pytest.raises(ValueError):
+        Schedule.from_json({"bogus": 1})
+
+
+def test_save_load_predicts_identically(tmp_path):
+    forest = random_forest(seed=8, cat=True, n_outputs=2, groups=True)
+    spec = model_spec(forest, [(Op.LINK, {"kind": Link.SOFTMAX})])
+    model = compiled(spec, Schedule(interleave=3))
+    path = tmp_path / "model.peregrine"
+    model.save(path)
+    state = model._exec.artifact_state()
+    json.dumps(state)  # JSON-able
+    loaded = peregrine.load(path)
+    assert loaded.backend == "native"
+    X = edge_rows(forest)
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    assert loaded._exec.artifact_state()["forests"] == state["forests"]
+
+
+def test_explain_names_the_schedule():
+    model = compiled(model_spec(random_forest()))
+    text = model.explain()
+    assert "schedule" in text and "perfect layout" in text and "kernel" in text
+
+
+def test_unavailable_without_llvmlite(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "llvmlite" else real(name, *a))
+    assert not NativeBackend.available()
+
+
+def test_tuner_heuristic_and_measured_decision_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PEREGRINE_CACHE_DIR", str(tmp_path))
+    target = jit.Target.host()
+    shallow, deep = random_forest(depth=4), random_forest(depth=14, p_leaf=0.3)
+    assert native_schedule.heuristic(shallow, target).schedule.layout.value == "perfect"
+    assert native_schedule.heuristic(deep, target).schedule.layout.value == "sparse"
+    generic = native_schedule.heuristic(shallow, jit.Target.generic())
+    assert generic.schedule.vector_width == 1
+    options = CompileOptions(batch_size=64)
+    first = native_schedule.choose_schedule(shallow, options, target, 1)
+    assert "measured" in first.why
+    again = native_schedule.choose_schedule(shallow, options, target, 1)
+    assert "cached" in again.why and again.schedule == first.schedule
