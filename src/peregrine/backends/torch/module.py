@@ -1,0 +1,225 @@
+"""The torch backend: the IR graph lowered node by node (``ops.LOWERINGS``) into one
+``nn.Module`` per requested set of outputs, and the Executable the runtime calls.
+
+Threads. ``torch.set_num_threads`` is process-global. When ``CompileOptions.n_threads`` is set,
+each call runs under that intra-op thread count: the count is set for the duration of the call and
+restored afterwards, under one process-wide lock, so calls that pin threads run one at a time
+(each already uses the threads it asked for) and never see another call's setting. Other torch
+code running in the process during such a call sees the pinned count too. With ``n_threads=None``
+torch's current setting is used and nothing is locked.
+
+Concurrency. Modules are immutable after compilation (``forward`` allocates everything it writes),
+programs are built under a lock and then only read, so one executable serves many Python threads.
+``to(device)`` is not meant to race with calls.
+"""
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from peregrine.backends.base import Backend, Executable
+from peregrine.backends.torch.ops import Lowered, lower_node
+from peregrine.errors import UnsupportedModelError
+from peregrine.frontends.base import ModelSpec
+from peregrine.ir import Graph, Op
+from peregrine.options import CompileOptions
+
+
+class GraphProgram(nn.Module):
+    """Runs lowered nodes in topological order. ``srcs[i]`` indexes the values list (0 = X)
+    for step i's inputs; ``outs`` picks the returned values."""
+
+    srcs: list[list[int]]
+    outs: list[int]
+
+    def __init__(self, steps: list[nn.Module], srcs: list[list[int]], outs: list[int]) -> None:
+        super().__init__()
+        self.steps = nn.ModuleList(steps)
+        self.srcs = srcs
+        self.outs = outs
+
+    def forward(self, x: Tensor) -> list[Tensor]:
+        values: list[Tensor] = [x]
+        for i, step in enumerate(self.steps):
+            ins: list[Tensor] = []
+            for j in self.srcs[i]:
+                ins.append(values[j])
+            values.append(step(ins))
+        return [values[j] for j in self.outs]
+
+
+def needed_nodes(graph: Graph, wanted: list[str]) -> set:
+    by_name = graph.by_name
+    seen: set = set()
+    stack = list(wanted)
+    while stack:
+        name = stack.pop()
+        if name not in seen:
+            seen.add(name)
+            stack.extend(by_name[name].inputs)
+    return seen
+
+
+_THREADS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run under ``n`` intra-op threads (see the module docstring); ``None``: leave as is."""
+    if n is None:
+        yield
+        return
+    with _THREADS_LOCK:
+        previous = torch.get_num_threads()
+        if previous != n:
+            torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            if previous != n:
+                torch.set_num_threads(previous)
+
+
+def parse_device(device: str) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise UnsupportedModelError(f"torch backend: bad device {device!r} ({exc})") from exc
+    if dev.type not in TorchBackend.devices:
+        raise UnsupportedModelError(
+            f"torch backend runs on {', '.join(TorchBackend.devices)}, not on {device!r}"
+        )
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UnsupportedModelError(f"device {device!r} requested but CUDA is not available")
+    return dev
+
+
+class TorchExecutable(Executable):
+    accepts_tensors = True  # the runtime hands torch tensors over as they are (no numpy trip)
+    backend_name = "torch"
+
+    def __init__(self, spec: ModelSpec, options: CompileOptions, device: str = "cpu") -> None:
+        self.spec = spec
+        self.options = options
+        self._device = parse_device(device)
+        graph = spec.graph
+        reachable = needed_nodes(graph, list(graph.outputs.values()))
+        self._lowered: dict[str, Lowered] = {}
+        for node in graph.toposort():  # lowering order is fixed: rebuilds are deterministic
+            if node.name in reachable and node.op is not Op.INPUT:
+                self._lowered[node.name] = lower_node(node, options)
+        for low in self._lowered.values():
+            low.module.eval().to(self._device)
+        self._lock = threading.Lock()
+        self._programs: dict[tuple[str, ...], nn.Module] = {}
+        # Build (and script) what the runtime will ask for up front, so errors surface at compile
+        # time; other output sets are built on first use.
+        methods = sorted({m.output for m in spec.methods.values()}) or sorted(graph.outputs)
+        for name in methods:
+            self._program((name,))
+
+    # ------------------------------------------------------------------------- programs --
+    def _finalize(self, program: GraphProgram) -> nn.Module:
+        return program
+
+    def _program(self, outputs: tuple[str, ...]) -> nn.Module:
+        program = self._programs.get(outputs)
+        if program is not None:
+            return program
+        with self._lock:
+            if outputs not in self._programs:
+                self._programs[outputs] = self._finalize(self._build(outputs))
+            return self._programs[outputs]
+
+    def _build(self, outputs: tuple[str, ...]) -> GraphProgram:
+        graph = self.spec.graph
+        wanted = [graph.outputs[o] for o in outputs]
+        needed = needed_nodes(graph, wanted)
+        index: dict[str, int] = {}
+        steps: list[nn.Module] = []
+        srcs: list[list[int]] = []
+        for node in graph.toposort():
+            if node.name not in needed:
+                continue
+            if node.op is Op.INPUT:
+                index[node.name] = 0
+                continue
+            index[node.name] = len(steps) + 1
+            steps.append(self._lowered[node.name].module)
+            srcs.append([index[i] for i in node.inputs])
+        return GraphProgram(steps, srcs, [index[w] for w in wanted])
+
+    # ----------------------------------------------------------------------------- calls --
+    def _as_tensor(self, X: Any) -> Tensor:
+        if not isinstance(X, torch.Tensor):
+            arr = np.ascontiguousarray(X)  # also drops negative strides torch cannot view
+            if not arr.flags.writeable:  # torch.from_numpy warns on read-only memory
+                arr = arr.copy()
+            X = torch.from_numpy(arr)
+        return X.to(self._device)  # no copy when already there
+
+    def run(self, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
+        program = self._program(tuple(outputs))
+        x = self._as_tensor(X)
+        with torch_threads(self.options.n_threads), torch.inference_mode():
+            values = program(x)
+        return {o: v.cpu().numpy() for o, v in zip(outputs, values)}
+
+    def forward_tensors(self, X: Tensor, outputs: tuple[str, ...]) -> list[Tensor]:
+        """Outputs as tensors on the executable's device (no host copy)."""
+        with torch_threads(self.options.n_threads), torch.inference_mode():
+            return self._program(tuple(outputs))(self._as_tensor(X))
+
+    # ------------------------------------------------------------------------ metadata --
+    @property
+    def device(self) -> str:
+        return str(self._device)
+
+    def to(self, device: str) -> "TorchExecutable":
+        dev = parse_device(device)
+        with self._lock:
+            for low in self._lowered.values():
+                low.module.to(dev)
+            self._device = dev
+            # Scripted programs hold their own handles on the buffers: rebuild them.
+            self._programs = {k: self._finalize(self._build(k)) for k in self._programs}
+        return self
+
+    def tree_info(self) -> list[dict]:
+        return [low.info for low in self._lowered.values() if low.info is not None]
+
+    def explain(self) -> dict[str, Any]:
+        trees = self.tree_info()
+        info: dict[str, Any] = {
+            "backend": self.backend_name,
+            "device": str(self._device),
+            "n_threads": self.options.n_threads or f"torch default ({torch.get_num_threads()})",
+        }
+        if len(trees) == 1:  # the common case: one ensemble, its choices at the top level
+            info.update({k: v for k, v in trees[0].items() if k != "node"})
+        info["forests"] = trees
+        return info
+
+    def artifact_state(self) -> dict[str, Any]:
+        """Recorded for inspection only: loading recompiles from the stored IR and options, and
+        the strategy choice is a pure function of both, so the rebuilt module is the same."""
+        return {
+            "torch_version": torch.__version__,
+            "tree_strategies": {t["node"]: t["strategy"] for t in self.tree_info()},
+        }
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    description = "PyTorch tensor program (GEMM / tree traversal / perfect tree traversal)"
+    devices = ("cpu", "cuda")
+    executable = TorchExecutable
+
+    @classmethod
+    def compile(cls, spec: ModelSpec, options: CompileOptions, device: str) -> Executable:
+        return cls.executable(spec, options, device)
