@@ -52,15 +52,19 @@ def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
     why = [f"max depth {depth}: {layout.value} layout"]
     if target.isa == "generic":
         batch_s = Schedule(layout=layout, vector_width=1, interleave=8, row_tile=64)
-        few = Schedule(layout=layout, lanes=Lanes.TREES, vector_width=1, interleave=8)
+        few = Schedule(layout=layout, lanes=Lanes.TREES, vector_width=1, interleave=8,
+                       node_pairs=True)
         why.append("no gather instructions on this target: scalar walks x8")
         return Choice(batch_s, few, FEW_ROWS, "; ".join(why))
     lanes = 16 if target.isa == "avx512" else 8
     walks = 6 if layout is Layout.PERFECT else 4
     block = lanes * walks
     batch_s = Schedule(layout=layout, vector_width=lanes, interleave=walks, row_tile=3 * block)
-    tree_walks = max(1, min(4, -(-forest.n_trees // lanes)))
-    few = Schedule(layout=layout, lanes=Lanes.TREES, vector_width=lanes, interleave=tree_walks)
+    tree_walks = max(1, min(8, -(-forest.n_trees // lanes)))
+    # tree lanes gather every level: (feature, threshold) pairs halve the elements gathered;
+    # row lanes read the top levels from registers and lose more to unpacking than they gain
+    few = Schedule(layout=layout, lanes=Lanes.TREES, vector_width=lanes, interleave=tree_walks,
+                   node_pairs=True)
     why.append(f"batches: {walks} walks x {lanes} rows per {lanes * 32}-bit vector; "
                f"<= {FEW_ROWS} rows: {tree_walks} walks x {lanes} trees")
     return Choice(batch_s, few, FEW_ROWS, "; ".join(why))

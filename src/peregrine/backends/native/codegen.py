@@ -48,9 +48,10 @@ from peregrine.backends.native.walks import Walks
 ARGS = ("X", "stride", "rb", "re", "tb", "te", "desc", "out", "fin", "out_stride", "epilogue")
 ARG_SCALARS = ("stride", "rb", "re", "tb", "te", "fin", "out_stride")
 # descriptor slots (i64 each): pointers to the packed arrays, then scalars
-DESC = ("feat", "thr", "kid", "leaf", "tree_root", "tree_leaf", "tree_col", "tree_depth",
+DESC = ("feat", "thr", "kid", "node", "leaf", "tree_root", "tree_leaf", "tree_col", "tree_depth",
         "cat_bits", "cat_unknown", "n_cat_words", "divisor", "base", "n_features")
 SCALARS = ("n_cat_words", "n_features")
+CONTIGUOUS_LEVELS = 1  # levels whose x comes from whole-row loads and selects, not gathers
 CACHE_ROWS_BYTES = 64 << 10  # stack buffer for a transposed row tile (see Schedule.cache_rows)
 
 
@@ -72,6 +73,7 @@ class KernelSpec:
     lanes: str  # "rows" | "trees"
     row_in_registers: bool  # tree lanes: the row's features fit the permute registers
     cache_rows: bool  # copy each row tile transposed into a stack buffer first
+    node_pairs: bool  # gather (feature, threshold) as one int64 per node (float32 compares)
     vector_width: int
     interleave: int
     row_tile: int
@@ -281,12 +283,14 @@ class _Kernel(Walks):
     def tree(self, t: ir.Value) -> None:
         s, b, v = self.spec, self.b, self.v
         at = lambda name: b.load(gep(b, self.d[name], [t], source_etype=I32), typ=I32)  # noqa: E731
-        root = at("tree_root")
-        if s.layout == "perfect":
-            leaf0 = v.splat(at("tree_leaf"))
+        if s.layout == "perfect":  # tree t: slots from t * (2**depth - 1), leaves from t << depth
+            t32 = b.trunc(t, I32)
+            root = b.mul(t32, ir.Constant(I32, 2**s.depth - 1))
+            leaf0 = v.splat(b.shl(t32, ir.Constant(I32, s.depth)))
             offs = self.walk_perfect(root, [v.splat(root)] * s.interleave)
             slots = [b.add(x, leaf0) for x in offs]
         else:
+            root = at("tree_root")
             slots = self.walk_sparse([v.splat(root)] * s.interleave, at("tree_depth"))
         col = at("tree_col") if s.value_width == 1 and s.n_outputs > 1 else None
         for k, slot in enumerate(slots):
@@ -309,11 +313,17 @@ class _Kernel(Walks):
 
         if level == 0:
             return row_vector(scalar_f)
-        if level == 1 and root is not None:
-            f1, f2 = (b.load(gep(b, self.d["feat"], [b.add(root, ir.Constant(I32, i))],
-                                 source_etype=I32), typ=I32) for i in (1, 2))
-            return b.select(b.icmp_signed("==", idx, v.const(I32, 1)), row_vector(f1),
-                            row_vector(f2))
+        if level in (1, 2) and root is not None and CONTIGUOUS_LEVELS >= level:
+            # 2 or 4 possible nodes: read each one's feature for all lanes and select
+            first = 2**level - 1
+            out = None
+            for i in reversed(range(first, 2 * first + 1)):
+                f_i = b.load(gep(b, self.d["feat"], [b.add(root, ir.Constant(I32, i))],
+                                 source_etype=I32), typ=I32)
+                x_i = row_vector(f_i)
+                out = x_i if out is None else b.select(
+                    b.icmp_signed("==", idx, v.const(I32, i)), x_i, out)
+            return out
         shift = v.const(I32, v.w.bit_length() - 1)
         return v.gather(self.xblock, self.ct, b.add(b.shl(self.feature(f), shift),
                                                     self.lane_base[k]))
@@ -337,12 +347,13 @@ class _Kernel(Walks):
                 valid = b.icmp_signed("<", ids, v.splat(t1))
                 groups.append((valid, b.select(valid, ids, v.splat(b.sub(t1, ir.Constant(
                     I32, 1))))))
-            roots = [v.gather(self.d["tree_root"], I32, t) for _, t in groups]
-            if s.layout == "perfect":
+            if s.layout == "perfect":  # slots from t * (2**depth - 1), leaves from t << depth
+                roots = [b.mul(t, v.const(I32, 2**s.depth - 1)) for _, t in groups]
                 offs = self.walk_perfect(None, roots)
-                slots = [b.add(o, v.gather(self.d["tree_leaf"], I32, t))
+                slots = [b.add(o, b.shl(t, v.const(I32, s.depth)))
                          for o, (_, t) in zip(offs, groups)]
             else:
+                roots = [v.gather(self.d["tree_root"], I32, t) for _, t in groups]
                 slots = self.walk_sparse(roots, None)
             grouped = s.value_width == 1 and s.n_outputs > 1
             for k, slot in enumerate(slots):

@@ -62,7 +62,7 @@ class Lanes:
         return self.b.call(fn, args, **kw)
 
     def _suffix(self, elem: ir.Type) -> str:
-        base = {F32: "f32", F64: "f64", I32: "i32", I8: "i8"}[elem]
+        base = {F32: "f32", F64: "f64", I32: "i32", I8: "i8", I64: "i64"}[elem]
         return base if self.w == 1 else f"v{self.w}{base}"
 
     def addr(self, base: ir.Value, elem: ir.Type, idx: ir.Value) -> ir.Value:
@@ -130,7 +130,7 @@ class Lanes:
 
 
 def align(elem: ir.Type) -> int:
-    return {F32: 4, F64: 8, I32: 4, I8: 1}[elem]
+    return {F32: 4, F64: 8, I32: 4, I8: 1, I64: 8}[elem]
 
 
 class Loops:

@@ -5,11 +5,12 @@ depth, dtypes, output width, feature flags), so a new model of the same shape co
 packing. Every array is built with whole-forest NumPy operations (no per-node Python loop).
 
 Per node (one slot): a feature word (int32; low 29 bits the feature, then flag bits below) and a
-threshold in the comparison dtype, already rounded by ``Forest.thresholds_for`` so that the one
+threshold in the comparison dtype (and, for float32 compares, both in one int64 word), already rounded by ``Forest.thresholds_for`` so that the one
 rule ``x <= t`` is exact. Categorical nodes keep their bitset row in the threshold's bits.
 
 * PERFECT: tree t occupies slots ``[t * (2**D - 1), (t+1) * (2**D - 1))`` in level order; the
-  children of slot i are 2i+1 and 2i+2, so no child array is read. A leaf above depth D becomes
+  children of slot i are 2i+1 and 2i+2, so no child array is read. Tree t's leaves start at
+  ``t << D``. A leaf above depth D becomes
   a dummy split whose whole subtree of leaf slots repeats its value, so the direction the dummy
   takes never matters. Leaf values: ``2**D`` per tree.
 * SPARSE: nodes in breadth-first order per tree, with ``kid[i]`` the left child and the right
@@ -50,6 +51,7 @@ class PackedForest:
     feat: np.ndarray  # int32 feature words per slot
     thr: np.ndarray  # cmp_dtype per slot
     kid: np.ndarray  # int32 left child per slot (SPARSE only)
+    node: np.ndarray  # int64 per slot: threshold bits | feature word << 32 (float32 compares)
     leaf: np.ndarray  # leaf_dtype [slots * value_width]
     tree_root: np.ndarray  # int32 first slot of each packed tree
     tree_leaf: np.ndarray  # int32 first leaf slot of each packed tree (PERFECT)
@@ -76,7 +78,7 @@ class PackedForest:
         return sum(a.nbytes for a in (self.feat, self.thr, self.kid, self.leaf, self.cat_bits))
 
     def arrays(self) -> dict[str, np.ndarray]:
-        names = ("feat", "thr", "kid", "leaf", "tree_root", "tree_leaf", "tree_col",
+        names = ("feat", "thr", "kid", "node", "leaf", "tree_root", "tree_leaf", "tree_col",
                  "tree_depth", "order", "cat_bits", "cat_unknown", "divisor", "base")
         return {k: getattr(self, k) for k in names}
 
@@ -116,6 +118,7 @@ def pack(forest: Forest, schedule: Schedule, cmp_dtype: np.dtype) -> PackedFores
     pack_fn = _pack_perfect if layout is Layout.PERFECT else _pack_sparse
     ldt = leaf_dtype(forest)
     nodes = pack_fn(forest, order, words, thr, cmp_dtype, ldt)
+    nodes["node"] = _node_pairs(nodes["feat"], nodes["thr"])
     internal = ~forest.is_leaf
     has_cat = forest.has_categorical
     bits = forest.cat_bitsets if has_cat else np.zeros((1, 1), np.uint32)
@@ -174,7 +177,8 @@ def _pack_perfect(forest: Forest, order, words, thr, cmp_dtype, ldt) -> dict:
         kids = np.stack([np.where(leaf, cur, forest.left[cur]),
                          np.where(leaf, cur, forest.right[cur])], axis=2)
         cur = kids.reshape(n, -1)
-    internal_slots, leaf_slots = 2**depth - 1, 2**depth
+    # 2**depth - 1 slots per tree: a power-of-two stride would map every tree's root to the
+    # same few cache sets
     empty_i, empty_t = np.zeros((n, 0), np.int32), np.zeros((n, 0), cmp_dtype)
     feat = np.concatenate(feat_levels, axis=1) if feat_levels else empty_i
     thr_all = np.concatenate(thr_levels, axis=1) if thr_levels else empty_t
@@ -184,8 +188,8 @@ def _pack_perfect(forest: Forest, order, words, thr, cmp_dtype, ldt) -> dict:
         thr=_pad(thr_all.reshape(-1).astype(cmp_dtype)),
         kid=np.zeros(1, np.int32),
         leaf=np.ascontiguousarray(leaf.reshape(-1)),
-        tree_root=(np.arange(n, dtype=np.int64) * internal_slots).astype(np.int32),
-        tree_leaf=(np.arange(n, dtype=np.int64) * leaf_slots).astype(np.int32),
+        tree_root=(np.arange(n, dtype=np.int64) * (2**depth - 1)).astype(np.int32),
+        tree_leaf=(np.arange(n, dtype=np.int64) << depth).astype(np.int32),
     )
 
 
@@ -223,7 +227,26 @@ def _pack_sparse(forest: Forest, order, words, thr, cmp_dtype, ldt) -> dict:
     )
 
 
+def _node_pairs(feat: np.ndarray, thr: np.ndarray) -> np.ndarray:
+    """Feature word and float32 threshold in one 64-bit word, so a walk gathers one element
+    per node instead of two (a gather costs per element loaded)."""
+    if thr.dtype != np.float32:
+        return np.zeros(1, np.int64)  # float64 thresholds do not fit beside a feature
+    out = _aligned(feat.size, np.int64)
+    out[:] = (feat.astype(np.int64) << 32) | thr.view(np.uint32).astype(np.int64)
+    return out
+
+
 def _pad(a: np.ndarray) -> np.ndarray:
     """Kernels load a tree's first slots as whole registers (up to 32 lanes), which may run past
-    the last tree's slots: pad so those loads stay inside the array."""
-    return np.concatenate([a, np.zeros(PAD_SLOTS, a.dtype)])
+    the last tree's slots: pad so those loads stay inside the array. The copy is 64-byte
+    aligned, so gathers of the top levels touch as few lines as possible."""
+    out = _aligned(a.size + PAD_SLOTS, a.dtype)
+    out[: a.size] = a
+    return out
+
+
+def _aligned(n: int, dtype: np.dtype, align: int = 64) -> np.ndarray:
+    raw = np.zeros(n * np.dtype(dtype).itemsize + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start: start + n * np.dtype(dtype).itemsize].view(dtype)

@@ -67,6 +67,7 @@ class Schedule:
     parallel: Parallel = Parallel.ROWS
     reorder_trees: bool = True  # sort trees by depth (and by output group for grouped leaves)
     cache_rows: bool = True  # copy each row tile, transposed, into a stack buffer (SIMD only)
+    node_pairs: bool = False  # gather feature and float32 threshold as one 64-bit word
 
     def __post_init__(self) -> None:
         for name, enum_type in (("layout", Layout), ("lanes", Lanes),

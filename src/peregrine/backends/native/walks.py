@@ -62,14 +62,11 @@ class Walks:
                     continue
                 slot = b.add(roots[k], idx[k])
                 local = b.sub(idx[k], v.const(I32, start))
-                if use_table and self.permute_ok(I32):
+                if use_table and self.permute_ok(I32) and self.permute_ok(self.ct):
                     f = v.permute([table("feat", I32, j) for j in starts], local, s.isa)
-                else:
-                    f = v.gather(self.d["feat"], I32, slot)
-                if use_table and self.permute_ok(self.ct):
                     t = v.permute([table("thr", self.ct, j) for j in starts], local, s.isa)
                 else:
-                    t = v.gather(self.d["thr"], self.ct, slot)
+                    f, t = self.gather_node(slot)
                 nodes.append((f, t, None))
             for k in range(K):
                 f, t, scalar_f = nodes[k]
@@ -78,6 +75,23 @@ class Walks:
                 step = b.sub(v.const(I32, 2), b.zext(left, v.ty(I32)))
                 idx[k] = b.add(b.shl(idx[k], v.const(I32, 1)), step)
         return [b.sub(i, v.const(I32, 2**s.depth - 1)) for i in idx]
+
+    def gather_node(self, slot: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(feature word, threshold) of each lane's node."""
+        b, v = self.b, self.v
+        if not self.spec.node_pairs:
+            return v.gather(self.d["feat"], I32, slot), v.gather(self.d["thr"], self.ct, slot)
+        pair = v.gather(self.d["node"], I64, slot)
+        if v.w == 1:
+            t = b.bitcast(b.trunc(pair, I32), F32)
+            return b.trunc(b.lshr(pair, ir.Constant(I64, 32)), I32), t
+        # even / odd 32-bit halves: one two-register shuffle each (vpermt2d), where truncating
+        # the 64-bit lanes would take two narrowing moves and a merge per value
+        words = b.bitcast(pair, ir.VectorType(I32, 2 * v.w))
+        halves = [b.shuffle_vector(words, words, ir.Constant(ir.VectorType(I32, v.w),
+                                                             list(range(o, 2 * v.w, 2))))
+                  for o in (0, 1)]
+        return halves[1], b.bitcast(halves[0], v.ty(F32))
 
     def permute_ok(self, elem: ir.Type) -> bool:
         return PERMUTES.get((self.spec.isa, self.v.w, elem)) is not None
@@ -99,8 +113,7 @@ class Walks:
         b.cbranch(more, body, done)
         b.position_at_end(body)
         cur = [b.load(p, typ=v.ty(I32)) for p in idx]
-        loaded = [(v.gather(self.d["feat"], I32, c), v.gather(self.d["thr"], self.ct, c),
-                   v.gather(self.d["kid"], I32, c)) for c in cur]
+        loaded = [(*self.gather_node(c), v.gather(self.d["kid"], I32, c)) for c in cur]
         settled = ir.Constant(I1, 1)
         for k in range(K):
             f, thr, kid = loaded[k]
