@@ -202,7 +202,8 @@ class TorchExecutable(Executable):
         }
         if len(trees) == 1:  # the common case: one ensemble, its choices at the top level
             info.update({k: v for k, v in trees[0].items() if k != "node"})
-        info["forests"] = trees
+        elif trees:
+            info["forests"] = trees
         return info
 
     def artifact_state(self) -> dict[str, Any]:
