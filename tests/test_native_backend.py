@@ -153,6 +153,8 @@ SCHEDULES = {
     "rows-v8-tiles": Schedule(vector_width=8, interleave=2, tree_tile=3, cache_rows=False,
                               loop_order="trees_outer"),
     "trees-simd": Schedule(lanes="trees", interleave=2),
+    "trees-pairs": Schedule(lanes="trees", interleave=3, node_pairs=True),
+    "rows-pairs": Schedule(interleave=2, node_pairs=True, row_tile=40),
     "trees-scalar": Schedule(lanes="trees", vector_width=1, interleave=4),
     "sparse-rows": Schedule(layout="sparse", interleave=3),
     "sparse-trees": Schedule(layout="sparse", lanes="trees"),
@@ -175,7 +177,7 @@ def test_schedules_give_identical_outputs(name):
     np.testing.assert_allclose(got, base, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["rows-simd", "trees-scalar", "sparse-rows"])
+@pytest.mark.parametrize("name", ["rows-simd", "trees-pairs", "sparse-rows"])
 @pytest.mark.parametrize("case", ["vector-leaves-average", "deep-sparse", "wide-rows"])
 def test_shapes_under_schedules(case, name):
     forest = random_forest(**CASES[case])

@@ -48,9 +48,9 @@ from peregrine.backends.native.walks import Walks
 ARGS = ("X", "stride", "rb", "re", "tb", "te", "desc", "out", "fin", "out_stride", "epilogue")
 ARG_SCALARS = ("stride", "rb", "re", "tb", "te", "fin", "out_stride")
 # descriptor slots (i64 each): pointers to the packed arrays, then scalars
-DESC = ("feat", "thr", "kid", "node", "leaf", "tree_root", "tree_leaf", "tree_col", "tree_depth",
-        "cat_bits", "cat_unknown", "n_cat_words", "divisor", "base", "n_features")
-SCALARS = ("n_cat_words", "n_features")
+DESC = ("feat", "thr", "kid", "node", "top", "leaf", "tree_root", "tree_leaf", "tree_col", "tree_depth",
+        "cat_bits", "cat_unknown", "n_cat_words", "divisor", "base", "n_features", "top_stride")
+SCALARS = ("n_cat_words", "n_features", "top_stride")
 CONTIGUOUS_LEVELS = 1  # levels whose x comes from whole-row loads and selects, not gathers
 CACHE_ROWS_BYTES = 64 << 10  # stack buffer for a transposed row tile (see Schedule.cache_rows)
 
@@ -74,6 +74,7 @@ class KernelSpec:
     row_in_registers: bool  # tree lanes: the row's features fit the permute registers
     cache_rows: bool  # copy each row tile transposed into a stack buffer first
     node_pairs: bool  # gather (feature, threshold) as one int64 per node (float32 compares)
+    top_levels: int  # tree lanes: levels read with plain loads from the slot-major copy
     vector_width: int
     interleave: int
     row_tile: int
@@ -349,6 +350,7 @@ class _Kernel(Walks):
                     I32, 1))))))
             if s.layout == "perfect":  # slots from t * (2**depth - 1), leaves from t << depth
                 roots = [b.mul(t, v.const(I32, 2**s.depth - 1)) for _, t in groups]
+                self.group_first = [b.add(tv, ir.Constant(I32, k * V)) for k in range(K)]
                 offs = self.walk_perfect(None, roots)
                 slots = [b.add(o, b.shl(t, v.const(I32, s.depth)))
                          for o, (_, t) in zip(offs, groups)]

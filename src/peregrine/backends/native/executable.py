@@ -34,7 +34,7 @@ from peregrine.backends.native.codegen import (
     row_register_capacity,
 )
 from peregrine.backends.native.irutil import FLOATS
-from peregrine.backends.native.layout import PackedForest, pack
+from peregrine.backends.native.layout import TOP_LEVELS, PackedForest, pack
 from peregrine.backends.native.schedule import Lanes, Parallel, Schedule
 from peregrine.backends.reference import RULES, compute_dtype
 from peregrine.errors import InputError
@@ -81,6 +81,8 @@ def kernel_spec(packed: PackedForest, schedule: Schedule, x_dtype: np.dtype,
         row_in_registers=not by_rows and 0 < n_features <= capacity,
         cache_rows=cache_rows,
         node_pairs=schedule.node_pairs and packed.cmp_dtype == np.float32,
+        top_levels=(min(TOP_LEVELS, packed.depth) if not by_rows and packed.top_stride
+                    and schedule.node_pairs and packed.cmp_dtype == np.float32 else 0),
         vector_width=schedule.vector_width,
         interleave=schedule.interleave,
         row_tile=schedule.row_tile,
@@ -114,23 +116,32 @@ class ForestProgram:
         self._packs: dict[tuple, PackedForest] = {}
         self._variants: dict[tuple[bool, np.dtype], _Variant] = {}
 
-    def variant(self, x_dtype: np.dtype, small: bool = False) -> _Variant:
-        key = (small, x_dtype)
+    def cmp_dtype(self, x_dtype: np.dtype) -> np.dtype:
+        """Dtype the comparisons (and so the kernel's input) use for inputs of ``x_dtype``:
+        inputs of another dtype are converted first, with NumPy's rounding, which is what the
+        libraries themselves do (np.asarray(X, float32) in scikit-learn and XGBoost)."""
+        if x_dtype not in INPUT_DTYPES:
+            x_dtype = np.dtype(np.float64)
+        return compute_dtype(self.forest, x_dtype, self.precision)
+
+    def variant(self, cmp: np.dtype, small: bool = False) -> _Variant:
+        key = (small, cmp)
         v = self._variants.get(key)
         if v is not None:
             return v
         schedule = self.small if small else self.schedule
-        cmp = compute_dtype(self.forest, x_dtype, self.precision)
         pkey = (cmp, schedule.layout, schedule.reorder_trees)  # what packing depends on
         packed = self._packs.get(pkey)
         if packed is None:
             packed = self._packs[pkey] = pack(self.forest, schedule, cmp)
-        spec = kernel_spec(packed, schedule, x_dtype, self.target, self.n_features)
+        spec = kernel_spec(packed, schedule, cmp, self.target, self.n_features)
         address, origin = jit.kernel_address(spec, self.target)
         desc = np.zeros(len(DESC), np.int64)
         for i, name in enumerate(DESC):
             if name == "n_cat_words":
                 desc[i] = packed.n_cat_words
+            elif name == "top_stride":
+                desc[i] = packed.top_stride
             elif name == "n_features":
                 desc[i] = self.n_features
             else:
@@ -141,11 +152,12 @@ class ForestProgram:
         return v
 
     def prepare(self) -> None:
-        """Compile every kernel now rather than on the first call."""
-        for dt in INPUT_DTYPES:
-            self.variant(dt)
+        """Compile every kernel now rather than on the first call: one per compare dtype the
+        input dtypes lead to (only float32 for forests the library evaluates in float32)."""
+        for cmp in {self.cmp_dtype(dt) for dt in INPUT_DTYPES}:
+            self.variant(cmp)
             if self.small is not None:
-                self.variant(dt, small=True)
+                self.variant(cmp, small=True)
 
     # ------------------------------------------------------------------------ calling --
     def __call__(self, X: np.ndarray, program: np.ndarray, width: int,
@@ -159,8 +171,9 @@ class ForestProgram:
                              f"{X.shape}")
         if n <= self.small_rows and self.n_trees:
             return self._few_rows(X, program, width)
-        if X.dtype not in INPUT_DTYPES:
-            X = X.astype(np.float64)
+        cmp = self.cmp_dtype(X.dtype)
+        if X.dtype != cmp:
+            X = X.astype(cmp)
         if X.strides[1] != X.itemsize or X.strides[0] % X.itemsize or X.strides[0] < 0:
             X = np.ascontiguousarray(X)
         threads = self.n_threads if n_threads is None else max(1, n_threads)
@@ -169,7 +182,7 @@ class ForestProgram:
             return out[:, :width]
         if self.n_trees == 0:
             return None
-        v = self.variant(X.dtype)
+        v = self.variant(cmp)
         stride = X.strides[0] // X.itemsize if n > 1 else X.shape[1]
         base = self._args(X.ctypes.data, stride, out, program)
         block = self.schedule.block_rows
@@ -190,9 +203,10 @@ class ForestProgram:
     def raw(self, X: np.ndarray, n_threads: int | None = None) -> np.ndarray:
         """sum / divisor + base without the epilogue, trees split over threads (Treebeard's
         privatised reduction): each thread sums its trees into its own buffer."""
-        X = np.ascontiguousarray(X if X.dtype in INPUT_DTYPES else X.astype(np.float64))
+        cmp = self.cmp_dtype(X.dtype)
+        X = np.ascontiguousarray(X, dtype=cmp)
         n, T = X.shape[0], self.n_trees
-        v = self.variant(X.dtype)
+        v = self.variant(cmp)
         threads = max(1, min(self.n_threads if n_threads is None else n_threads, T))
         bounds = np.linspace(0, T, threads + 1).astype(int)
         parts = [np.zeros((n, self.n_outputs)) for _ in range(threads)]
@@ -228,17 +242,21 @@ class ForestProgram:
     def caller(self, program: np.ndarray, width: int, fallback) -> Any:
         """``X -> output`` for one epilogue program, with the online path inlined: every
         attribute lookup costs tens of nanoseconds there, a kernel walk of 500 trees ~2 us."""
-        dt = INPUT_DTYPES[0]
-        slot = self._slot(dt, program, width) if self.small_rows and self.n_trees else None
-        if slot is None:
+        if not (self.small_rows and self.n_trees):
             return fallback
+        cmp = self.cmp_dtype(INPUT_DTYPES[0])
+        slot = self._slot(cmp, program, width)
+        # input dtypes this slot serves: its buffer's assignment rounds them as NumPy does
+        served = [d for d in INPUT_DTYPES if self.cmp_dtype(d) == cmp]
+        dt, dt2 = served[0], served[-1]
         xbuf, obuf, args, fn, ptr, lock, _ = slot
         rows, nf, re_ = self.small_rows, self.n_features, _RE
         cut = obuf.shape[1] != width
 
         def call(X: np.ndarray) -> np.ndarray:
             n = X.shape[0]
-            if n <= rows and X.dtype is dt and X.shape[1] == nf and lock.acquire(False):
+            if (n <= rows and (X.dtype is dt or X.dtype is dt2) and X.shape[1] == nf
+                    and lock.acquire(False)):
                 try:
                     xbuf[:n] = X
                     args[re_] = n
@@ -253,19 +271,18 @@ class ForestProgram:
 
     def _few_rows(self, X: np.ndarray, program: np.ndarray, width: int) -> np.ndarray:
         """A few rows through the tree-lane kernel, with buffers of this call's own."""
-        dtype = X.dtype if X.dtype in INPUT_DTYPES else np.dtype(np.float64)
-        xbuf, obuf, args, fn, ptr, _, _ = self._slot(dtype, program, width)
+        xbuf, obuf, args, fn, ptr, _, _ = self._slot(self.cmp_dtype(X.dtype), program, width)
         n = X.shape[0]
         xbuf[:n] = X if X.shape[1] == self.n_features else X[:, :self.n_features]
         args[_RE] = n
         fn(ptr)
         return obuf[:n, :width].copy()
 
-    def _slot(self, dtype: np.dtype, program: np.ndarray, width: int) -> tuple:
+    def _slot(self, cmp: np.dtype, program: np.ndarray, width: int) -> tuple:
         """Buffers and the argument block pointing at them, for one input dtype and epilogue
         program; a lock guards them while the kernel runs without the GIL."""
-        v = self.variant(dtype, small=True)
-        xbuf = np.zeros((self.small_rows, self.n_features), dtype)
+        v = self.variant(cmp, small=True)
+        xbuf = np.zeros((self.small_rows, self.n_features), cmp)
         obuf = np.zeros((self.small_rows, max(width, self.n_outputs)))
         args = np.array(self._args(xbuf.ctypes.data, self.n_features, obuf, program),
                         np.int64)

@@ -32,6 +32,8 @@ MISSING_ZERO = 1 << 30  # |x| <= 1e-35 is missing too (LightGBM MissingType::Zer
 CATEGORICAL = 1 << 29  # threshold bits hold the cat_bitsets row
 FEATURE_MASK = CATEGORICAL - 1
 PAD_SLOTS = 64  # >= MAX_TABLE_REGS * 16 lanes
+TOP_LEVELS = 4  # levels stored slot-major for tree-lane walks (15 slots per tree)
+TOP_PAD = 512  # >= lanes x walks of any schedule
 MAX_PERFECT_BYTES = 256 << 20  # beyond this padding costs more than it saves: use SPARSE
 
 
@@ -52,6 +54,8 @@ class PackedForest:
     thr: np.ndarray  # cmp_dtype per slot
     kid: np.ndarray  # int32 left child per slot (SPARSE only)
     node: np.ndarray  # int64 per slot: threshold bits | feature word << 32 (float32 compares)
+    top: np.ndarray  # int64 [TOP_LEVELS slots x top_stride trees]: PERFECT top levels by level
+    top_stride: int
     leaf: np.ndarray  # leaf_dtype [slots * value_width]
     tree_root: np.ndarray  # int32 first slot of each packed tree
     tree_leaf: np.ndarray  # int32 first leaf slot of each packed tree (PERFECT)
@@ -78,7 +82,7 @@ class PackedForest:
         return sum(a.nbytes for a in (self.feat, self.thr, self.kid, self.leaf, self.cat_bits))
 
     def arrays(self) -> dict[str, np.ndarray]:
-        names = ("feat", "thr", "kid", "node", "leaf", "tree_root", "tree_leaf", "tree_col",
+        names = ("feat", "thr", "kid", "node", "top", "leaf", "tree_root", "tree_leaf", "tree_col",
                  "tree_depth", "order", "cat_bits", "cat_unknown", "divisor", "base")
         return {k: getattr(self, k) for k in names}
 
@@ -119,6 +123,8 @@ def pack(forest: Forest, schedule: Schedule, cmp_dtype: np.dtype) -> PackedFores
     ldt = leaf_dtype(forest)
     nodes = pack_fn(forest, order, words, thr, cmp_dtype, ldt)
     nodes["node"] = _node_pairs(nodes["feat"], nodes["thr"])
+    nodes["top"], nodes["top_stride"] = _top_levels(nodes["node"], layout, forest.max_depth(),
+                                                   forest.n_trees)
     internal = ~forest.is_leaf
     has_cat = forest.has_categorical
     bits = forest.cat_bitsets if has_cat else np.zeros((1, 1), np.uint32)
@@ -235,6 +241,21 @@ def _node_pairs(feat: np.ndarray, thr: np.ndarray) -> np.ndarray:
     out = _aligned(feat.size, np.int64)
     out[:] = (feat.astype(np.int64) << 32) | thr.view(np.uint32).astype(np.int64)
     return out
+
+
+def _top_levels(pairs: np.ndarray, layout: Layout, depth: int, n_trees: int):
+    """The first TOP_LEVELS levels of every tree, slot-major: slot s of trees t..t+15 is one
+    contiguous run, so walks with a tree per lane read those levels with plain loads (and all
+    trees' top levels, 60 KiB for 500 trees, stay near L1) instead of gathering them."""
+    slots = min(2**TOP_LEVELS, 2**depth) - 1
+    if layout is not Layout.PERFECT or pairs.size == 1 or slots == 0:
+        return np.zeros(1, np.int64), 0
+    stride = -(-n_trees // TOP_PAD) * TOP_PAD  # walks may read a whole group past the last tree
+    out = _aligned(slots * stride, np.int64)
+    out[:] = 0
+    per_tree = pairs[: n_trees * (2**depth - 1)].reshape(n_trees, 2**depth - 1)
+    out.reshape(slots, stride)[:, :n_trees] = per_tree[:, :slots].T
+    return out, stride
 
 
 def _pad(a: np.ndarray) -> np.ndarray:

@@ -62,7 +62,9 @@ class Walks:
                     continue
                 slot = b.add(roots[k], idx[k])
                 local = b.sub(idx[k], v.const(I32, start))
-                if use_table and self.permute_ok(I32) and self.permute_ok(self.ct):
+                if root is None and level < s.top_levels:
+                    f, t = self.top_node(k, level, idx[k])
+                elif use_table and self.permute_ok(I32) and self.permute_ok(self.ct):
                     f = v.permute([table("feat", I32, j) for j in starts], local, s.isa)
                     t = v.permute([table("thr", self.ct, j) for j in starts], local, s.isa)
                 else:
@@ -76,12 +78,30 @@ class Walks:
                 idx[k] = b.add(b.shl(idx[k], v.const(I32, 1)), step)
         return [b.sub(i, v.const(I32, 2**s.depth - 1)) for i in idx]
 
+    def top_node(self, k: int, level: int, idx: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """Tree lanes, top levels: the level's 2**level slots of this walk's trees are each one
+        contiguous run in the slot-major copy; load them all and keep each lane's own."""
+        b, v = self.b, self.v
+        stride = b.trunc(self.d["top_stride"], I32)
+        pair = None
+        for s_ in reversed(range(2**level - 1, 2**(level + 1) - 1)):
+            at = b.add(b.mul(ir.Constant(I32, s_), stride), self.group_first[k])
+            run = b.load(gep(b, self.d["top"], [at], source_etype=I64), typ=v.ty(I64),
+                         align=8)
+            pair = run if pair is None else b.select(
+                b.icmp_signed("==", idx, v.const(I32, s_)), run, pair)
+        return self.split_pair(pair)
+
     def gather_node(self, slot: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(feature word, threshold) of each lane's node."""
         b, v = self.b, self.v
         if not self.spec.node_pairs:
             return v.gather(self.d["feat"], I32, slot), v.gather(self.d["thr"], self.ct, slot)
-        pair = v.gather(self.d["node"], I64, slot)
+        return self.split_pair(v.gather(self.d["node"], I64, slot))
+
+    def split_pair(self, pair: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """(feature word, float32 threshold) from threshold bits | feature word << 32."""
+        b, v = self.b, self.v
         if v.w == 1:
             t = b.bitcast(b.trunc(pair, I32), F32)
             return b.trunc(b.lshr(pair, ir.Constant(I64, 32)), I32), t
