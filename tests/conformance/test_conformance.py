@@ -19,7 +19,7 @@ RTOL, ATOL = 1e-5, 1e-6
 
 def _cases():
     out = []
-    for mod in ("cases_sklearn", "cases_xgboost", "cases_lightgbm"):
+    for mod in ("cases_sklearn", "cases_xgboost", "cases_lightgbm", "cases_pipeline"):
         try:
             module = importlib.import_module(f"tests.conformance.{mod}")
         except ModuleNotFoundError as exc:  # library not installed, or module not written yet

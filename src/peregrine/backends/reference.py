@@ -180,6 +180,125 @@ def _ordinal_encode(node: Node, ins: list, options: CompileOptions) -> np.ndarra
     return out
 
 
+# ------------------------------------------------------------- pipeline op rules --
+# scikit-learn featurizers and linear models; float64 throughout (sklearn's float64 path;
+# float32 inputs are promoted, the runtime casts the output back where sklearn keeps float32).
+
+
+def _f64(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
+
+
+@rule(Op.LINEAR)
+def _linear(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    # safe_sparse_dot(X, coef_.T) + intercept_ (sklearn/linear_model/_base.py)
+    return _f64(ins[0]) @ _f64(node.attrs["weight"]) + _f64(node.attrs["bias"])
+
+
+@rule(Op.SELECT)
+def _select(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    return ins[0][:, np.asarray(node.attrs["columns"], dtype=np.int64).reshape(-1)]
+
+
+@rule(Op.CONCAT)
+def _concat(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    return np.concatenate([_f64(x) for x in ins], axis=1)
+
+
+@rule(Op.CENTER_SCALE)
+def _center_scale(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    # StandardScaler/RobustScaler/MaxAbsScaler: X -= center; X /= scale (two roundings)
+    return (_f64(ins[0]) - _f64(node.attrs["center"])) / _f64(node.attrs["scale"])
+
+
+@rule(Op.CLIP)
+def _clip(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    return np.clip(_f64(ins[0]), float(node.attrs["low"]), float(node.attrs["high"]))
+
+
+@rule(Op.NORMALIZE)
+def _normalize(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    # sklearn.preprocessing.normalize: norms of 0 are replaced by 1 (_handle_zeros_in_scale)
+    x = _f64(ins[0])
+    norm = node.attrs["norm"]
+    if norm == "l1":
+        n = np.abs(x).sum(axis=1)
+    elif norm == "l2":
+        n = np.sqrt(np.einsum("ij,ij->i", x, x))
+    else:
+        n = np.max(np.abs(x), axis=1)
+    zero = n == 0.0
+    out = x / np.where(zero, 1.0, n)[:, None]
+    if node.attrs.get("zero", "one") == "uniform":  # _predict_proba_lr: all-zero -> uniform
+        out[zero] = 1.0 / x.shape[1]
+    return out
+
+
+@rule(Op.BINARIZE)
+def _binarize(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    return (_f64(ins[0]) > float(node.attrs["threshold"])).astype(np.float64)
+
+
+@rule(Op.IMPUTE)
+def _impute(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    x = _f64(ins[0])
+    missing = float(node.attrs["missing"])
+    hit = np.isnan(x) if np.isnan(missing) else (x == missing)
+    return np.where(hit, _f64(node.attrs["values"]), x)
+
+
+def category_matches(x: np.ndarray, cats: np.ndarray) -> np.ndarray:
+    """(n, len(cats)) bool: x equals the category, NaN matching a NaN category."""
+    x = x[:, None]
+    return (x == cats[None, :]) | (np.isnan(x) & np.isnan(cats)[None, :])
+
+
+@rule(Op.ONE_HOT)
+def _one_hot(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    x = _f64(ins[0])
+    out = np.zeros((x.shape[0], int(node.width)), dtype=np.float64)
+    for j, cats, slots, unknown in zip(node.attrs["columns"], node.attrs["categories"],
+                                       node.attrs["slots"], node.attrs["unknown_slots"]):
+        hit = category_matches(x[:, int(j)], _f64(cats))
+        for k, slot in enumerate(np.asarray(slots, dtype=np.int64)):
+            if slot >= 0:
+                out[:, slot] = np.maximum(out[:, slot], hit[:, k])
+        if int(unknown) >= 0:
+            out[:, int(unknown)] = np.maximum(out[:, int(unknown)], ~hit.any(axis=1))
+    return out
+
+
+@rule(Op.CATEGORY_MAP)
+def _category_map(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    x = _f64(ins[0])
+    out = x.copy()
+    for j, cats, codes, unknown in zip(node.attrs["columns"], node.attrs["categories"],
+                                       node.attrs["codes"], node.attrs["unknown"]):
+        hit = category_matches(x[:, int(j)], _f64(cats))
+        first = np.argmax(hit, axis=1)
+        code = np.append(_f64(codes), np.nan)[np.where(hit.any(axis=1), first, len(codes))]
+        out[:, int(j)] = np.where(hit.any(axis=1), code, float(unknown))
+    return out
+
+
+@rule(Op.POLYNOMIAL)
+def _polynomial(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    x = _f64(ins[0])
+    powers = np.asarray(node.attrs["powers"], dtype=np.int64)
+    out = np.ones((x.shape[0], powers.shape[0]), dtype=np.float64)
+    for k, row in enumerate(powers):
+        for j in np.flatnonzero(row):
+            for _ in range(int(row[j])):  # repeated products, as sklearn multiplies columns
+                out[:, k] = out[:, k] * x[:, j]
+    return out
+
+
+@rule(Op.UFUNC)
+def _ufunc(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    with np.errstate(all="ignore"):  # log(-1) -> NaN, as numpy (sklearn does not check)
+        return getattr(np, node.attrs["name"])(_f64(ins[0]))
+
+
 def evaluate(graph: Graph, X: np.ndarray, outputs: tuple[str, ...],
              options: CompileOptions | None = None) -> dict[str, np.ndarray]:
     """Evaluate the graph outputs named in ``outputs`` on X (2-D)."""

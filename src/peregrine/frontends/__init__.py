@@ -16,6 +16,9 @@ _MODULES = (
     ("peregrine.frontends.sklearn_trees", "sklearn"),
     ("peregrine.frontends.sklearn_boosting", "sklearn"),
     ("peregrine.frontends.sklearn_iforest", "sklearn"),
+    ("peregrine.frontends.sklearn_pipeline", "sklearn"),
+    ("peregrine.frontends.sklearn_preprocessing", "sklearn"),
+    ("peregrine.frontends.sklearn_linear", "sklearn"),
     ("peregrine.frontends.xgboost", "xgboost"),
     ("peregrine.frontends.lightgbm", "lightgbm"),
 )

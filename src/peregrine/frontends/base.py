@@ -24,7 +24,7 @@ class MethodSpec:
     output: str
     squeeze: bool = False  # return 1-D (the source returns shape (n,))
     labels: np.ndarray | None = None  # integer class index -> label (classifiers' predict)
-    dtype: str = "float64"  # dtype the source library returns
+    dtype: str = "float64"  # dtype the source returns; "input": the input's float dtype
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,9 @@ class CompiledModel:
             return out
         if method.squeeze:
             out = out.reshape(-1)
-        return out.astype(method.dtype, copy=False)
+        # dtype "input": the source keeps a float32 input float32 (sklearn's scalers)
+        dtype = str(arr.dtype).replace("torch.", "") if method.dtype == "input" else method.dtype
+        return out.astype(dtype, copy=False)
 
 
 def build(spec: ModelSpec, backend: str, options: CompileOptions, device: str,

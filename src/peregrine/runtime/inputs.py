@@ -78,6 +78,9 @@ def _check_shape(shape: tuple, spec: ModelSpec) -> None:
 def _check_values(arr: np.ndarray, spec: ModelSpec) -> None:
     if spec.allow_nan and spec.allow_inf:
         return
+    if spec.category_maps:  # NaN there is an unseen category, which the model itself handles
+        arr = arr.copy()
+        arr[:, list(spec.category_maps)] = 0.0
     if spec.allow_nan:
         bad = np.isinf(arr)
         what = "infinity"

@@ -1,0 +1,324 @@
+"""Torch lowerings of the pipeline ops (scikit-learn featurizers and linear models), one per
+Op, mirroring their NumPy rules in ``backends/reference.py``: every module casts its input to
+float64 first, as the rules do."""
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from peregrine.backends.torch.ops import Lowered, lowering
+from peregrine.ir import Node, Op
+from peregrine.options import CompileOptions
+
+
+def _f64(value: Any) -> Tensor:
+    return torch.from_numpy(np.array(value, dtype=np.float64))
+
+
+def _i64(value: Any) -> Tensor:
+    return torch.from_numpy(np.array(value, dtype=np.int64).reshape(-1))
+
+
+class Linear(nn.Module):
+    def __init__(self, weight: Any, bias: Any) -> None:
+        super().__init__()
+        self.register_buffer("weight", _f64(weight))
+        self.register_buffer("bias", _f64(bias))
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        return xs[0].to(torch.float64) @ self.weight + self.bias
+
+
+class Select(nn.Module):
+    def __init__(self, columns: Any) -> None:
+        super().__init__()
+        self.register_buffer("columns", _i64(columns))
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        return xs[0].index_select(1, self.columns)
+
+
+class Concat(nn.Module):
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        return torch.cat([x.to(torch.float64) for x in xs], dim=1)
+
+
+class CenterScale(nn.Module):
+    def __init__(self, center: Any, scale: Any) -> None:
+        super().__init__()
+        self.register_buffer("center", _f64(center))
+        self.register_buffer("scale", _f64(scale))
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        return (xs[0].to(torch.float64) - self.center) / self.scale
+
+
+class Clip(nn.Module):
+    def __init__(self, low: float, high: float) -> None:
+        super().__init__()
+        self.low = low
+        self.high = high
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        return torch.clamp(xs[0].to(torch.float64), self.low, self.high)  # NaN stays NaN
+
+
+class Normalize(nn.Module):
+    def __init__(self, norm: str, uniform: bool) -> None:
+        super().__init__()
+        self.norm = norm
+        self.uniform = uniform
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        x = xs[0].to(torch.float64)
+        if self.norm == "l1":
+            n = x.abs().sum(dim=1)
+        elif self.norm == "l2":
+            n = torch.sqrt((x * x).sum(dim=1))
+        else:
+            n = x.abs().max(dim=1)[0]
+        zero = n == 0.0
+        out = x / torch.where(zero, torch.ones_like(n), n).unsqueeze(1)
+        if self.uniform:
+            out = torch.where(zero.unsqueeze(1), torch.full_like(out, 1.0 / x.shape[1]), out)
+        return out
+
+
+class Binarize(nn.Module):
+    def __init__(self, threshold: float) -> None:
+        super().__init__()
+        self.threshold = threshold
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        return (xs[0].to(torch.float64) > self.threshold).to(torch.float64)
+
+
+class Impute(nn.Module):
+    def __init__(self, values: Any, missing: float) -> None:
+        super().__init__()
+        self.register_buffer("values", _f64(values))
+        self.missing = float(missing)
+        self.is_nan = bool(np.isnan(missing))
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        x = xs[0].to(torch.float64)
+        hit = torch.isnan(x) if self.is_nan else x == self.missing
+        return torch.where(hit, self.values.expand_as(x), x)
+
+
+def _category_table(columns: Any, categories: Any, per_cat: Any, fill: float):
+    """Flattened (column, category, per-category value) triples for a batched match."""
+    col, cat, val = [], [], []
+    for j, cats, vals in zip(columns, categories, per_cat):
+        cats = np.asarray(cats, dtype=np.float64)
+        col += [int(j)] * len(cats)
+        cat += cats.tolist()
+        val += np.asarray(vals, dtype=np.float64).tolist()
+    if not col:  # keep buffers non-empty shaped
+        return _i64([]), _f64(np.zeros(0)), _f64(np.zeros(0))
+    return _i64(col), _f64(cat), _f64(val)
+
+
+class OneHot(nn.Module):
+    """Indicators: (n, n_categories) matches, scattered (max) into their slots; unknown slots
+    set where a column matched nothing."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__()
+        a = node.attrs
+        col, cat, slot = _category_table(a["columns"], a["categories"], a["slots"], -1)
+        # per category: which listed column it belongs to (position), for the any-match test
+        owner = np.concatenate([[i] * len(c) for i, c in enumerate(a["categories"])] + [[]])
+        self.register_buffer("col", col)
+        self.register_buffer("cat", cat)
+        self.register_buffer("slot", slot.to(torch.int64))
+        self.register_buffer("owner", _i64(owner))
+        self.register_buffer("unknown_slot", _i64(a["unknown_slots"]))
+        self.register_buffer("columns", _i64(a["columns"]))
+        self.width = int(node.width)
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        x = xs[0].to(torch.float64)
+        n = x.shape[0]
+        out = torch.zeros((n, self.width + 1), dtype=torch.float64, device=x.device)
+        v = x.index_select(1, self.col)
+        hit = (v == self.cat) | (torch.isnan(v) & torch.isnan(self.cat))
+        hitf = hit.to(torch.float64)
+        slot = torch.where(self.slot >= 0, self.slot, torch.full_like(self.slot, self.width))
+        out = out.scatter_reduce(1, slot.expand(n, -1), hitf, reduce="amax")
+        any_hit = torch.zeros((n, self.columns.numel()), dtype=torch.float64, device=x.device)
+        any_hit = any_hit.scatter_reduce(1, self.owner.expand(n, -1), hitf, reduce="amax")
+        unk = torch.where(self.unknown_slot >= 0, self.unknown_slot,
+                          torch.full_like(self.unknown_slot, self.width))
+        out = out.scatter_reduce(1, unk.expand(n, -1), 1.0 - any_hit, reduce="amax")
+        return out[:, : self.width]
+
+
+class CategoryMap(nn.Module):
+    """Listed columns -> code of their first matching category, else ``unknown``. Categories
+    are padded to one (columns, width) table; ``valid`` keeps padding from matching."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__()
+        a = node.attrs
+        cats = [np.asarray(c, dtype=np.float64) for c in a["categories"]]
+        width = max([len(c) for c in cats] + [1])
+        table = np.zeros((len(cats), width))
+        codes = np.zeros((len(cats), width))
+        valid = np.zeros((len(cats), width), dtype=bool)
+        for i, (c, k) in enumerate(zip(cats, a["codes"])):
+            table[i, : len(c)] = c
+            codes[i, : len(c)] = np.asarray(k, dtype=np.float64)
+            valid[i, : len(c)] = True
+        self.register_buffer("columns", _i64(a["columns"]))
+        self.register_buffer("table", _f64(table))
+        self.register_buffer("codes", _f64(codes))
+        self.register_buffer("valid", torch.from_numpy(valid))
+        self.register_buffer("unknown", _f64(np.asarray(a["unknown"], dtype=np.float64)))
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        x = xs[0].to(torch.float64)
+        if self.columns.numel() == 0:
+            return x
+        v = x.index_select(1, self.columns).unsqueeze(2)  # (n, m, 1)
+        hit = ((v == self.table) | (torch.isnan(v) & torch.isnan(self.table))) & self.valid
+        found = hit.any(dim=2)
+        first = torch.argmax(hit.to(torch.int64), dim=2, keepdim=True)
+        code = self.codes.unsqueeze(0).expand(x.shape[0], -1, -1).gather(2, first).squeeze(2)
+        enc = torch.where(found, code, self.unknown.expand_as(code))
+        return x.index_copy(1, self.columns, enc)
+
+
+class Polynomial(nn.Module):
+    factors: list[list[int]]
+
+    def __init__(self, powers: Any) -> None:
+        super().__init__()
+        p = np.asarray(powers, dtype=np.int64)
+        # one factor list per output column: input column repeated by its power
+        self.factors = [[int(j) for j in np.flatnonzero(r) for _ in range(int(r[j]))] for r in p]
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        x = xs[0].to(torch.float64)
+        cols: list[Tensor] = []
+        for fs in self.factors:
+            c = torch.ones_like(x[:, 0])
+            for j in fs:
+                c = c * x[:, j]
+            cols.append(c)
+        return torch.stack(cols, dim=1)
+
+
+class Ufunc(nn.Module):
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+
+    def forward(self, xs: list[Tensor]) -> Tensor:  # if-chain: scriptable, unlike a dict
+        x = xs[0].to(torch.float64)
+        n = self.name
+        if n == "log1p":
+            return torch.log1p(x)
+        if n == "expm1":
+            return torch.expm1(x)
+        if n == "exp":
+            return torch.exp(x)
+        if n == "log":
+            return torch.log(x)
+        if n == "sqrt":
+            return torch.sqrt(x)
+        if n == "absolute":
+            return torch.abs(x)
+        if n == "square":
+            return x * x
+        if n == "negative":
+            return -x
+        if n == "sin":
+            return torch.sin(x)
+        if n == "cos":
+            return torch.cos(x)
+        if n == "tanh":
+            return torch.tanh(x)
+        if n == "arcsinh":
+            return torch.asinh(x)
+        if n == "log2":
+            return torch.log2(x)
+        if n == "log10":
+            return torch.log10(x)
+        if n == "exp2":
+            return torch.exp2(x)
+        if n == "cbrt":  # no torch.cbrt
+            return torch.sign(x) * torch.pow(x.abs(), 1.0 / 3.0)
+        if n == "reciprocal":
+            return 1.0 / x
+        if n == "sign":
+            return torch.sign(x)
+        if n == "floor":
+            return torch.floor(x)
+        if n == "ceil":
+            return torch.ceil(x)
+        if n == "rint":
+            return torch.round(x)  # half to even, as numpy
+        return torch.trunc(x)
+
+
+@lowering(Op.LINEAR)
+def lower_linear(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(Linear(node.attrs["weight"], node.attrs["bias"]))
+
+
+@lowering(Op.SELECT)
+def lower_select(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(Select(node.attrs["columns"]))
+
+
+@lowering(Op.CONCAT)
+def lower_concat(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(Concat())
+
+
+@lowering(Op.CENTER_SCALE)
+def lower_center_scale(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(CenterScale(node.attrs["center"], node.attrs["scale"]))
+
+
+@lowering(Op.CLIP)
+def lower_clip(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(Clip(float(node.attrs["low"]), float(node.attrs["high"])))
+
+
+@lowering(Op.NORMALIZE)
+def lower_normalize(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(Normalize(node.attrs["norm"], node.attrs.get("zero", "one") == "uniform"))
+
+
+@lowering(Op.BINARIZE)
+def lower_binarize(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(Binarize(float(node.attrs["threshold"])))
+
+
+@lowering(Op.IMPUTE)
+def lower_impute(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(Impute(node.attrs["values"], float(node.attrs["missing"])))
+
+
+@lowering(Op.ONE_HOT)
+def lower_one_hot(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(OneHot(node))
+
+
+@lowering(Op.CATEGORY_MAP)
+def lower_category_map(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(CategoryMap(node))
+
+
+@lowering(Op.POLYNOMIAL)
+def lower_polynomial(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(Polynomial(node.attrs["powers"]))
+
+
+@lowering(Op.UFUNC)
+def lower_ufunc(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(Ufunc(node.attrs["name"]))

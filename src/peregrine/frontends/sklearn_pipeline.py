@@ -1,0 +1,163 @@
+"""scikit-learn composition: Pipeline, ColumnTransformer, FeatureUnion, and every registered
+transformer/linear model on its own. Each is converted by threading a ``steps.Flow`` through
+the step registry (``steps.py``); the final estimator contributes the public methods.
+
+ColumnTransformer (sklearn/compose/_column_transformer.py): ``transformers_`` holds the fitted
+transformers with their columns already resolved by fit (names, masks, callables, slices), and
+``_transformer_to_input_indices`` maps each (also 'remainder') to input column indices; the
+output hstacks the transformers in ``transformers_`` order, skipping 'drop' and empty
+selections. Only dense output (``sparse_output_`` False) is supported.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn import __version__ as sklearn_version
+from sklearn.compose import ColumnTransformer
+from sklearn.pipeline import FeatureUnion, Pipeline
+
+from peregrine.errors import UnsupportedModelError
+from peregrine.frontends.base import (
+    ModelSpec,
+    qualified_name,
+    register_frontend,
+    require_fitted,
+    sklearn_feature_names,
+    unsupported,
+)
+from peregrine.frontends.steps import (
+    Context,
+    Flow,
+    Head,
+    concat,
+    convert_head,
+    convert_step,
+    register_step,
+    select,
+)
+from peregrine.ir import GraphBuilder
+
+
+def model_spec(model: Any, build_head) -> ModelSpec:
+    """Convert ``model`` by ``build_head(ctx, flow) -> Head`` on a fresh graph."""
+    n = getattr(model, "n_features_in_", None)
+    if n is None:
+        require_fitted(model, "n_features_in_")
+    g = GraphBuilder()
+    x = g.input(int(n))
+    ctx = Context(g)
+    head: Head = build_head(ctx, Flow(x, tuple(range(int(n)))))
+    return ModelSpec(
+        graph=g.build(head.outputs),
+        methods=head.methods,
+        n_features=int(n),
+        source=qualified_name(model),
+        feature_names=sklearn_feature_names(model),
+        allow_nan=ctx.allow_nan,  # steps clear it when a NaN-rejecting step may see NaN
+        allow_inf=False,  # check_array rejects infinity in every supported estimator
+        category_maps={j: tuple(v.values) for j, v in sorted(ctx.vocabs.items())},
+        versions={"sklearn": sklearn_version},
+    )
+
+
+def convert_single(model: Any) -> ModelSpec:
+    """Frontend of a lone transformer or linear model: a one-step pipeline."""
+    return model_spec(model, lambda ctx, flow: convert_head(model, ctx, flow))
+
+
+# -------------------------------------------------------------------------- Pipeline --
+
+
+def _pipeline_steps(model: Pipeline) -> list[Any]:
+    require_fitted(model, "n_features_in_")
+    return [est for _, est in model.steps]
+
+
+def _pipeline_head(model: Pipeline, ctx: Context, flow: Flow) -> Head:
+    steps = _pipeline_steps(model)
+    for est in steps[:-1]:
+        flow = convert_step(est, ctx, flow)
+    last = steps[-1]
+    if last is None or (isinstance(last, str) and last == "passthrough"):
+        raise unsupported(model, "a pipeline ending in 'passthrough'")
+    return convert_head(last, ctx, flow)
+
+
+@register_frontend(
+    Pipeline, library="scikit-learn",
+    methods=("predict", "predict_proba", "decision_function", "transform"),
+    notes="any supported transformers followed by any supported model (trees, boosting, "
+    "XGBoost, LightGBM, linear); methods of the final step",
+)
+def convert_pipeline(model: Pipeline) -> ModelSpec:
+    return model_spec(model, lambda ctx, flow: _pipeline_head(model, ctx, flow))
+
+
+@register_step(Pipeline)
+def step_pipeline(model: Pipeline, ctx: Context, flow: Flow) -> Flow:
+    for est in _pipeline_steps(model):
+        flow = convert_step(est, ctx, flow)
+    return flow
+
+
+# ----------------------------------------------------------------- ColumnTransformer --
+
+
+@register_step(ColumnTransformer)
+def step_column_transformer(model: ColumnTransformer, ctx: Context, flow: Flow) -> Flow:
+    require_fitted(model, "transformers_", "n_features_in_")
+    if getattr(model, "sparse_output_", False):
+        raise unsupported(model, "sparse output (sparse_output_ is True)",
+                          "dense output: sparse_threshold=0 or dense transformers")
+    indices = model._transformer_to_input_indices  # fitted name -> input column indices
+    parts = []
+    for name, trans, _columns in model.transformers_:
+        if isinstance(trans, str) and trans == "drop":
+            continue
+        cols = np.asarray(indices.get(name, []), dtype=np.int64)
+        if cols.size == 0:  # sklearn skips empty selections
+            continue
+        parts.append(convert_step(trans, ctx, select(ctx, flow, cols)))
+    if not parts:
+        raise unsupported(model, "a ColumnTransformer that outputs no columns")
+    out = concat(ctx, parts)
+    n_out = getattr(model, "_n_features_out", None)
+    if n_out is not None and int(n_out) != out.width:
+        raise unsupported(model, f"output width {n_out} (converted {out.width})")
+    return out
+
+
+@register_frontend(ColumnTransformer, library="scikit-learn", methods=("transform",),
+                   notes="names, indices, masks, callables; remainder drop/passthrough/"
+                   "estimator; dense output")
+def convert_column_transformer(model: ColumnTransformer) -> ModelSpec:
+    return convert_single(model)
+
+
+# ---------------------------------------------------------------------- FeatureUnion --
+
+
+@register_step(FeatureUnion)
+def step_feature_union(model: FeatureUnion, ctx: Context, flow: Flow) -> Flow:
+    require_fitted(model, "n_features_in_")
+    parts = []
+    for _, trans in model.transformer_list:
+        if isinstance(trans, str) and trans == "drop":
+            continue
+        parts.append(convert_step(trans, ctx, flow))
+    if not parts:
+        raise unsupported(model, "a FeatureUnion that outputs no columns")
+    if model.transformer_weights:
+        raise unsupported(model, "transformer_weights")
+    return concat(ctx, parts)
+
+
+@register_frontend(FeatureUnion, library="scikit-learn", methods=("transform",),
+                   notes="dense transformers, no transformer_weights")
+def convert_feature_union(model: FeatureUnion) -> ModelSpec:
+    return convert_single(model)
+
+
+__all__ = ["UnsupportedModelError", "convert_single", "model_spec"]

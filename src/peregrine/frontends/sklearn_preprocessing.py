@@ -1,0 +1,265 @@
+"""scikit-learn featurizers as pipeline steps (and as models on their own, with ``transform``).
+
+Each reads public fitted state and reproduces ``transform`` (sklearn/preprocessing/_data.py,
+_encoders.py, _polynomial.py, impute/_base.py, feature_selection/_base.py) with a few IR ops.
+Encoders learn their category -> output-column mapping by calling their own ``transform`` once
+on a probe holding every fitted category (exact by construction: drop, infrequent grouping and
+encoded missing values included); unknown values follow ``handle_unknown``.
+
+Known gaps: handle_unknown='error' cannot raise inside a compiled program, so an unseen
+category gives all-zero indicators (OneHotEncoder) or NaN (OrdinalEncoder) where sklearn
+raises. String columns see None, NaN and pd.NA alike as missing.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from sklearn.feature_selection import (
+    GenericUnivariateSelect,
+    SelectFromModel,
+    SelectKBest,
+    SelectPercentile,
+    VarianceThreshold,
+)
+from sklearn.impute import SimpleImputer
+from sklearn.preprocessing import (
+    Binarizer,
+    FunctionTransformer,
+    MaxAbsScaler,
+    MinMaxScaler,
+    Normalizer,
+    OneHotEncoder,
+    OrdinalEncoder,
+    PolynomialFeatures,
+    RobustScaler,
+    StandardScaler,
+)
+from sklearn.utils._missing import is_scalar_nan
+
+from peregrine.frontends.base import register_frontend, require_fitted, unsupported
+from peregrine.frontends.sklearn_pipeline import convert_single
+from peregrine.frontends.steps import Context, Flow, check_no_strings, register_step, select
+from peregrine.ir import Op
+from peregrine.ir.ops import UFUNCS
+
+
+def _per_column(value: Any, width: int, default: float) -> np.ndarray:
+    if value is None:
+        return np.full(width, default)
+    return np.broadcast_to(np.asarray(value, dtype=np.float64), (width,)).copy()
+
+
+def _numeric(est: Any, ctx: Context, flow: Flow, op: Op, nan_ok: bool = True, **attrs) -> Flow:
+    check_no_strings(est, ctx, flow)
+    if not nan_ok:
+        ctx.reject_nan(flow)
+    node = ctx.g.add(op, (flow.node,), width=flow.width, **attrs)
+    return replace(flow, node=node, src=(None,) * flow.width)
+
+
+# --------------------------------------------------------------------------- scalers --
+
+
+@register_step(StandardScaler)
+def step_standard_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
+    require_fitted(est, "n_features_in_")
+    # transform: X -= mean_ (with_mean); X /= scale_ (with_std); NaN passes through
+    return _numeric(est, ctx, flow, Op.CENTER_SCALE,
+                    center=_per_column(est.mean_ if est.with_mean else None, flow.width, 0.0),
+                    scale=_per_column(est.scale_, flow.width, 1.0))
+
+
+@register_step(RobustScaler)
+def step_robust_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
+    require_fitted(est, "n_features_in_")
+    return _numeric(est, ctx, flow, Op.CENTER_SCALE,
+                    center=_per_column(est.center_, flow.width, 0.0),
+                    scale=_per_column(est.scale_, flow.width, 1.0))
+
+
+@register_step(MaxAbsScaler)
+def step_max_abs_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
+    require_fitted(est, "scale_")
+    return _numeric(est, ctx, flow, Op.CENTER_SCALE, center=np.zeros(flow.width),
+                    scale=_per_column(est.scale_, flow.width, 1.0))
+
+
+@register_step(MinMaxScaler)
+def step_min_max_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
+    require_fitted(est, "scale_", "min_")
+    # transform: X *= scale_; X += min_; clip to feature_range when clip=True
+    out = _numeric(est, ctx, flow, Op.AFFINE, scale=_per_column(est.scale_, flow.width, 1.0),
+                   shift=_per_column(est.min_, flow.width, 0.0))
+    if est.clip:
+        lo, hi = est.feature_range
+        node = ctx.g.add(Op.CLIP, (out.node,), width=out.width, low=float(lo), high=float(hi))
+        out = replace(out, node=node)
+    return out
+
+
+@register_step(Normalizer)
+def step_normalizer(est: Any, ctx: Context, flow: Flow) -> Flow:
+    if est.norm not in ("l1", "l2", "max"):
+        raise unsupported(est, f"norm={est.norm!r}", "l1, l2, max")
+    return _numeric(est, ctx, flow, Op.NORMALIZE, nan_ok=False, norm=est.norm)
+
+
+@register_step(Binarizer)
+def step_binarizer(est: Any, ctx: Context, flow: Flow) -> Flow:
+    return _numeric(est, ctx, flow, Op.BINARIZE, nan_ok=False, threshold=float(est.threshold))
+
+
+@register_step(FunctionTransformer)
+def step_function_transformer(est: Any, ctx: Context, flow: Flow) -> Flow:
+    func = est.func
+    if est.kw_args:
+        raise unsupported(est, "kw_args")
+    if func is None:
+        return flow
+    name = getattr(func, "__name__", None)
+    if not (isinstance(func, np.ufunc) and name in UFUNCS):
+        raise unsupported(est, f"func={func!r}", "None or numpy ufuncs " + ", ".join(UFUNCS))
+    if est.validate:
+        ctx.reject_nan(flow)
+    return _numeric(est, ctx, flow, Op.UFUNC, name=name)
+
+
+@register_step(PolynomialFeatures)
+def step_polynomial(est: Any, ctx: Context, flow: Flow) -> Flow:
+    require_fitted(est, "powers_")
+    powers = np.asarray(est.powers_, dtype=np.int64)
+    check_no_strings(est, ctx, flow)
+    ctx.reject_nan(flow)
+    node = ctx.g.add(Op.POLYNOMIAL, (flow.node,), width=powers.shape[0], powers=powers)
+    return replace(flow, node=node, src=(None,) * powers.shape[0])
+
+
+# -------------------------------------------------------------------- feature selection --
+
+
+@register_step(VarianceThreshold, SelectKBest, SelectPercentile, SelectFromModel,
+               GenericUnivariateSelect)
+def step_selector(est: Any, ctx: Context, flow: Flow) -> Flow:
+    cols = est.get_support(indices=True)
+    if not isinstance(est, VarianceThreshold):  # selectors validate finite input
+        ctx.reject_nan(flow)
+    return select(ctx, flow, cols)
+
+
+# --------------------------------------------------------------------------- imputer --
+
+
+def _is_string_column(values: np.ndarray) -> bool:
+    return values.dtype.kind in "OUS"
+
+
+@register_step(SimpleImputer)
+def step_simple_imputer(est: Any, ctx: Context, flow: Flow) -> Flow:
+    require_fitted(est, "statistics_")
+    if est.add_indicator:
+        raise unsupported(est, "add_indicator=True")
+    stats = np.asarray(est.statistics_)
+    missing = est.missing_values
+    if _is_string_column(stats):
+        if not (missing is None or is_scalar_nan(missing)):
+            raise unsupported(est, f"missing_values={missing!r} on string columns",
+                              "np.nan or None")
+        values = [ctx.vocab(s, est, j).code(v) for j, (s, v) in enumerate(zip(flow.src, stats))]
+        node = ctx.g.add(Op.IMPUTE, (flow.node,), width=flow.width, values=np.asarray(values),
+                         missing=0.0)  # code 0 is the missing string value (steps.Vocab)
+        return replace(flow, node=node)  # still codes of the same input columns
+    stats = stats.astype(np.float64)
+    if isinstance(missing, str) or missing is None:
+        raise unsupported(est, f"missing_values={missing!r} on numeric columns")
+    keep = np.arange(flow.width)
+    if not est.keep_empty_features and est.strategy != "constant":
+        keep = np.flatnonzero(~np.isnan(stats))  # transform drops all-missing columns
+    elif np.isnan(stats).any():
+        raise unsupported(est, "keep_empty_features=True with empty features")
+    out = _numeric(est, ctx, flow, Op.IMPUTE, values=stats, missing=float(missing))
+    if is_scalar_nan(missing):
+        out = replace(out, nan=False)
+    return select(ctx, out, keep)
+
+
+# -------------------------------------------------------------------------- encoders --
+
+
+def _probe(est: Any) -> tuple[np.ndarray, list[np.ndarray]]:
+    """est.transform on rows that hold every fitted category of every column (row r, column i
+    holds categories_[i][r % n_i]) and the rows used, per column."""
+    cats = est.categories_
+    m = max(len(c) for c in cats)
+    numeric = all(c.dtype.kind in "iufb" for c in cats)
+    probe = np.empty((m, len(cats)), dtype=np.float64 if numeric else object)
+    for i, c in enumerate(cats):
+        probe[:, i] = [c[r % len(c)] for r in range(m)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fit on a DataFrame, probed with an array
+        out = est.transform(probe)
+    out = out.toarray() if hasattr(out, "toarray") else np.asarray(out)
+    return np.asarray(out, dtype=np.float64), [np.arange(len(c)) for c in cats]
+
+
+def _category_values(est: Any, ctx: Context, flow: Flow, i: int, cats: np.ndarray) -> np.ndarray:
+    """Float values a column holds in the graph for each fitted category (codes for strings)."""
+    if cats.dtype.kind in "iufb":
+        return cats.astype(np.float64)
+    vocab = ctx.vocab(flow.src[i], est, i)
+    return np.asarray([vocab.code(c) for c in cats], dtype=np.float64)
+
+
+@register_step(OneHotEncoder)
+def step_one_hot(est: Any, ctx: Context, flow: Flow) -> Flow:
+    require_fitted(est, "categories_")
+    out, rows = _probe(est)
+    widths = [int(w) for w in est._n_features_outs]  # output block per input column
+    offsets = np.concatenate([[0], np.cumsum(widths)])
+    infrequent = getattr(est, "infrequent_categories_", [None] * len(widths))
+    cats_out, slots_out, unknown_out = [], [], []
+    for i, cats in enumerate(est.categories_):
+        block = out[rows[i], offsets[i]:offsets[i + 1]]
+        slots = np.where(block.any(axis=1), offsets[i] + np.argmax(block, axis=1), -1)
+        unknown = -1
+        # 'infrequent_if_exist' (and 'warn', 1.6+) send unknowns to the infrequent column
+        if est.handle_unknown in ("infrequent_if_exist", "warn") and infrequent[i] is not None:
+            first = np.flatnonzero(np.isin(cats, infrequent[i]))[0]
+            unknown = int(slots[first])
+        cats_out.append(_category_values(est, ctx, flow, i, cats))
+        slots_out.append(slots.astype(np.int64))
+        unknown_out.append(unknown)
+    node = ctx.g.add(Op.ONE_HOT, (flow.node,), width=int(offsets[-1]),
+                     columns=np.arange(flow.width), categories=tuple(cats_out),
+                     slots=tuple(slots_out), unknown_slots=np.asarray(unknown_out))
+    return Flow(node, (None,) * int(offsets[-1]), nan=False, keeps_dtype=False)
+
+
+@register_step(OrdinalEncoder)
+def step_ordinal(est: Any, ctx: Context, flow: Flow) -> Flow:
+    require_fitted(est, "categories_")
+    out, rows = _probe(est)
+    unknown = np.nan
+    if est.handle_unknown == "use_encoded_value":
+        unknown = float(est.unknown_value)
+    cats_out, codes_out = [], []
+    for i, cats in enumerate(est.categories_):
+        cats_out.append(_category_values(est, ctx, flow, i, cats))
+        codes_out.append(out[rows[i], i])
+    node = ctx.g.add(Op.CATEGORY_MAP, (flow.node,), width=flow.width,
+                     columns=np.arange(flow.width), categories=tuple(cats_out),
+                     codes=tuple(codes_out), unknown=np.full(flow.width, unknown))
+    nan = bool(np.isnan(unknown) or any(np.isnan(c).any() for c in codes_out))
+    return Flow(node, (None,) * flow.width, nan=nan, keeps_dtype=False)
+
+
+_TRANSFORMERS = (StandardScaler, RobustScaler, MaxAbsScaler, MinMaxScaler, Normalizer,
+                 Binarizer, FunctionTransformer, PolynomialFeatures, VarianceThreshold,
+                 SelectKBest, SelectPercentile, SelectFromModel, GenericUnivariateSelect,
+                 SimpleImputer, OneHotEncoder, OrdinalEncoder)
+register_frontend(*_TRANSFORMERS, library="scikit-learn", methods=("transform",),
+                  notes="alone or as a Pipeline/ColumnTransformer/FeatureUnion step; dense "
+                  "output; strings through pandas columns")(convert_single)

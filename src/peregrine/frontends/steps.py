@@ -1,0 +1,190 @@
+"""Pipeline steps: the registry that lets one fitted estimator build its ops on top of an
+existing graph node, so estimators compose (Pipeline, ColumnTransformer, FeatureUnion).
+
+Two registries, keyed by estimator class (``registry.TypeRegistry``, MRO lookup):
+
+* ``STEPS``: transformers, ``convert_step(est, ctx, flow) -> Flow``.
+* ``HEADS``: final estimators, ``convert_head(est, ctx, flow) -> Head`` (the public methods).
+  An estimator with a registered *frontend* but no head (trees, boosting, XGBoost, LightGBM) is
+  used as a head by converting it on its own and splicing its graph after the flow
+  (``GraphBuilder.splice``), so those frontends need no change.
+
+A ``Flow`` is a graph node plus what composition needs to know about each of its columns:
+``src`` (the input column it still is, unchanged, or None once computed) — string columns are
+encoded ONCE at the runtime boundary into codes over a per-input-column ``Vocab`` (the
+``ModelSpec.category_maps``; code 0 is "missing": None/NaN/pd.NA), and encoders/imputers
+reading such a column work on the codes; ``nan`` (the column may hold NaN) and
+``keeps_dtype`` (float32 input stays float32, as sklearn's scalers do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from peregrine.errors import UnsupportedModelError
+from peregrine.frontends.base import MethodSpec, qualified_name
+from peregrine.ir import GraphBuilder, Op
+from peregrine.registry import TypeRegistry
+
+
+class Vocab:
+    """Codes of one string input column: position in ``values``; 0 is the missing value.
+    Append-only, so a code handed out while building never changes."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = [np.nan]
+
+    def code(self, value: Any) -> float:
+        if value is None or (isinstance(value, float) and np.isnan(value)):
+            return 0.0
+        if value not in self.values[1:]:
+            self.values.append(value)
+        return float(self.values.index(value, 1))
+
+
+@dataclass
+class Context:
+    """Shared state while one model is converted."""
+
+    g: GraphBuilder
+    vocabs: dict[int, Vocab] = field(default_factory=dict)  # input column -> its string codes
+    allow_nan: bool = True  # cleared when a step that rejects NaN may receive it
+
+    def reject_nan(self, flow: Flow) -> None:
+        """The step reading ``flow`` rejects NaN (sklearn's check_array): so must the input."""
+        if flow.nan:
+            self.allow_nan = False
+
+    def vocab(self, src: int | None, est: Any, column: int) -> Vocab:
+        if src is None:
+            raise UnsupportedModelError(
+                f"{qualified_name(est)}: column {column} holds strings computed by an earlier "
+                "step; only input columns (optionally imputed) may hold strings"
+            )
+        return self.vocabs.setdefault(src, Vocab())
+
+
+@dataclass(frozen=True)
+class Flow:
+    node: str
+    src: tuple[int | None, ...]  # per column: input column it still is, or None
+    nan: bool = True  # may hold NaN
+    keeps_dtype: bool = True  # float32 input still float32 here (sklearn's dtype rule)
+
+    @property
+    def width(self) -> int:
+        return len(self.src)
+
+    def computed(self, ctx: Context, node: str, width: int, **kw: Any) -> Flow:
+        """A new flow of freshly computed (numeric) columns."""
+        return replace(self, node=node, src=(None,) * width, **kw)
+
+
+@dataclass(frozen=True)
+class Head:
+    outputs: dict[str, str]  # method -> graph node
+    methods: dict[str, MethodSpec]
+    allow_nan: bool = False
+
+
+StepFn = Callable[[Any, Context, Flow], Flow]
+HeadFn = Callable[[Any, Context, Flow], Head]
+STEPS: TypeRegistry[StepFn] = TypeRegistry("pipeline step")
+HEADS: TypeRegistry[HeadFn] = TypeRegistry("pipeline head")
+
+
+def register_step(*classes: type):
+    return STEPS.register(*classes, library="scikit-learn", methods=("transform",), notes="")
+
+
+def register_head(*classes: type):
+    return HEADS.register(*classes, library="scikit-learn", methods=(), notes="")
+
+
+def convert_step(est: Any, ctx: Context, flow: Flow) -> Flow:
+    if est is None or (isinstance(est, str) and est == "passthrough"):
+        return flow
+    entry = STEPS.lookup(type(est))
+    if entry is None:
+        raise UnsupportedModelError(
+            f"{qualified_name(est)} is not supported as a pipeline transformer step. Supported: "
+            + ", ".join(sorted({e.key.__name__ for e in STEPS}))
+        )
+    n_in = getattr(est, "n_features_in_", None)
+    if n_in is not None and int(n_in) != flow.width:
+        raise UnsupportedModelError(f"{qualified_name(est)} expects {n_in} columns, gets "
+                                    f"{flow.width}")
+    return entry.fn(est, ctx, flow)
+
+
+def convert_head(est: Any, ctx: Context, flow: Flow) -> Head:
+    """The final estimator's methods on top of ``flow``."""
+    entry = HEADS.lookup(type(est))
+    if entry is not None:
+        return entry.fn(est, ctx, flow)
+    if STEPS.lookup(type(est)) is not None:  # a transformer ends the pipeline
+        if getattr(est, "sparse_output", False) is True or getattr(est, "sparse", False) is True:
+            raise UnsupportedModelError(f"{qualified_name(est)}: sparse output is not supported "
+                                        "(set sparse_output=False)")
+        out = convert_step(est, ctx, flow)
+        if any(s is not None and s in ctx.vocabs for s in out.src):
+            raise UnsupportedModelError(f"{qualified_name(est)}: transform would return "
+                                        "strings; end the pipeline with an encoder")
+        dtype = "input" if out.keeps_dtype else "float64"
+        return Head({"transform": out.node}, {"transform": MethodSpec("transform", dtype=dtype)},
+                    allow_nan=True)
+    return splice_frontend(est, ctx, flow)
+
+
+def splice_frontend(est: Any, ctx: Context, flow: Flow) -> Head:
+    """Use a model's own frontend as the final step: convert it alone, splice its graph."""
+    from peregrine.frontends.base import convert
+
+    spec = convert(est)
+    if spec.category_maps:
+        raise UnsupportedModelError(
+            f"{qualified_name(est)} reads pandas categories itself; as a pipeline step it must "
+            "receive numbers (encode categories with an earlier step)"
+        )
+    if spec.n_features != flow.width:
+        raise UnsupportedModelError(f"{qualified_name(est)} expects {spec.n_features} "
+                                    f"columns, the pipeline gives it {flow.width}")
+    check_no_strings(est, ctx, flow)
+    if not spec.allow_nan:
+        ctx.reject_nan(flow)
+    names = ctx.g.splice(spec.graph, flow.node)
+    outputs = {m: names[ms.output] for m, ms in spec.methods.items()}
+    methods = {m: replace(ms, output=m) for m, ms in spec.methods.items()}
+    return Head(outputs, methods, allow_nan=spec.allow_nan)
+
+
+# ------------------------------------------------------------------- helpers for steps --
+
+
+def select(ctx: Context, flow: Flow, columns: Any) -> Flow:
+    """Keep ``columns`` (ints) of ``flow``; no node when it is the identity."""
+    cols = [int(c) for c in np.asarray(columns, dtype=np.int64).reshape(-1)]
+    if cols == list(range(flow.width)):
+        return flow
+    node = ctx.g.add(Op.SELECT, (flow.node,), width=len(cols), columns=np.asarray(cols))
+    return replace(flow, node=node, src=tuple(flow.src[c] for c in cols))
+
+
+def concat(ctx: Context, flows: list[Flow]) -> Flow:
+    flows = [f for f in flows if f.width]
+    if len(flows) == 1:
+        return flows[0]
+    src = tuple(s for f in flows for s in f.src)
+    node = ctx.g.add(Op.CONCAT, tuple(f.node for f in flows), width=len(src))
+    return Flow(node, src, nan=any(f.nan for f in flows),
+                keeps_dtype=all(f.keeps_dtype for f in flows))
+
+
+def check_no_strings(est: Any, ctx: Context, flow: Flow) -> None:
+    for i, s in enumerate(flow.src):
+        if s is not None and s in ctx.vocabs:
+            raise UnsupportedModelError(f"{qualified_name(est)} receives strings in column {i}")
