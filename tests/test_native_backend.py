@@ -253,10 +253,10 @@ def test_fused_epilogue(chain):
 def test_single_rows_match_batch():
     forest = random_forest(seed=11, n_trees=70, n_outputs=2, groups=True, missing_zero=True)
     spec = model_spec(forest)
-    X = edge_rows(forest, n=40)
+    X = edge_rows(forest, n=130)
     model = compiled(spec)
-    batch = model.predict(X)
-    for k in (1, 2, 7, 8, 9, 17):
+    batch = model.predict(X)  # row lanes; chunks up to half a row block walk tree lanes
+    for k in (1, 2, 7, 16, 47, 48, 49, 100):
         got = np.concatenate([model.predict(X[i:i + k]) for i in range(0, len(X), k)])
         np.testing.assert_allclose(got, batch, rtol=1e-12, atol=1e-12)
     single = model.predict(np.ascontiguousarray(X[3:4]).astype(np.float32))

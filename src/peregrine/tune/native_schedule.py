@@ -29,7 +29,8 @@ from peregrine.ir import Forest
 from peregrine.options import CompileOptions
 
 PERFECT_MAX_DEPTH = 10  # deeper trees: padding wastes more than reading a child index costs
-FEW_ROWS = 8  # at most this many rows: walk trees in the lanes (one row at a time)
+# Up to half a row block, trees in the lanes win: a row-lane block costs the same for 1 row
+# as for all of its rows (measured crossover ~ 40-50 rows for 16 x 6 row blocks)
 MEASURE_MAX_ROWS = 4096  # a sample batch larger than this predicts nothing new
 MEASURE_REPEATS = 3
 
@@ -55,7 +56,7 @@ def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
         few = Schedule(layout=layout, lanes=Lanes.TREES, vector_width=1, interleave=8,
                        node_pairs=True)
         why.append("no gather instructions on this target: scalar walks x8")
-        return Choice(batch_s, few, FEW_ROWS, "; ".join(why))
+        return Choice(batch_s, few, few_rows_max(batch_s), "; ".join(why))
     lanes = 16 if target.isa == "avx512" else 8
     walks = 6 if layout is Layout.PERFECT else 4
     block = lanes * walks
@@ -66,8 +67,12 @@ def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
     few = Schedule(layout=layout, lanes=Lanes.TREES, vector_width=lanes, interleave=tree_walks,
                    node_pairs=True)
     why.append(f"batches: {walks} walks x {lanes} rows per {lanes * 32}-bit vector; "
-               f"<= {FEW_ROWS} rows: {tree_walks} walks x {lanes} trees")
-    return Choice(batch_s, few, FEW_ROWS, "; ".join(why))
+               f"<= {few_rows_max(batch_s)} rows: {tree_walks} walks x {lanes} trees")
+    return Choice(batch_s, few, few_rows_max(batch_s), "; ".join(why))
+
+
+def few_rows_max(batch: Schedule) -> int:
+    return max(4, batch.block_rows // 2)
 
 
 def candidates(base: Choice, batch: int) -> list[Choice]:
@@ -179,4 +184,4 @@ def _store_decision(key: str, choice: Choice) -> None:
         pass  # an unwritable cache only costs measuring again
 
 
-__all__ = ["Choice", "candidates", "choose_schedule", "heuristic", "measure", "synthetic_rows"]
+__all__ = ["Choice", "candidates", "choose_schedule", "few_rows_max", "heuristic", "measure", "synthetic_rows"]

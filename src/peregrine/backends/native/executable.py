@@ -271,19 +271,21 @@ class ForestProgram:
 
     def _few_rows(self, X: np.ndarray, program: np.ndarray, width: int) -> np.ndarray:
         """A few rows through the tree-lane kernel, with buffers of this call's own."""
-        xbuf, obuf, args, fn, ptr, _, _ = self._slot(self.cmp_dtype(X.dtype), program, width)
         n = X.shape[0]
+        xbuf, obuf, args, fn, ptr, _, _ = self._slot(self.cmp_dtype(X.dtype), program, width, n)
         xbuf[:n] = X if X.shape[1] == self.n_features else X[:, :self.n_features]
         args[_RE] = n
         fn(ptr)
         return obuf[:n, :width].copy()
 
-    def _slot(self, cmp: np.dtype, program: np.ndarray, width: int) -> tuple:
+    def _slot(self, cmp: np.dtype, program: np.ndarray, width: int,
+              rows: int | None = None) -> tuple:
         """Buffers and the argument block pointing at them, for one input dtype and epilogue
         program; a lock guards them while the kernel runs without the GIL."""
         v = self.variant(cmp, small=True)
-        xbuf = np.zeros((self.small_rows, self.n_features), cmp)
-        obuf = np.zeros((self.small_rows, max(width, self.n_outputs)))
+        rows = self.small_rows if rows is None else rows
+        xbuf = np.zeros((rows, self.n_features), cmp)
+        obuf = np.zeros((rows, max(width, self.n_outputs)))
         args = np.array(self._args(xbuf.ctypes.data, self.n_features, obuf, program),
                         np.int64)
         args[[_ARG["rb"], _ARG["tb"], _ARG["te"], _ARG["fin"]]] = 0, 0, self.n_trees, 1
@@ -299,7 +301,7 @@ class ForestProgram:
         for (small, dt), v in sorted(self._variants.items(), key=lambda kv: str(kv[0])):
             p = v.packed
             which = "few rows" if small else "batch"
-            info[f"{which} {dt.name} input"] = (
+            info[f"{which} kernel, {dt.name} compares"] = (
                 f"{p.layout.value} layout depth {p.depth}, compare in {p.cmp_dtype.name}, "
                 f"leaves {p.leaf_dtype.name}, {p.nbytes / 1024:.0f} KiB packed, kernel "
                 f"{v.spec.symbol} ({v.origin})")
@@ -416,6 +418,7 @@ class NativeExecutable(Executable):
         }
         for name, prog in self.programs.items():
             out[f"{name} schedule"] = str(prog.schedule)
+            out[f"{name} schedule (CompileOptions.schedule)"] = prog.schedule.to_json()
             out[f"{name} why"] = self.reasons.get(name, "")
             out[f"{name} threads"] = prog.n_threads
             for key, val in prog.describe().items():

@@ -94,7 +94,7 @@ class Walks:
 
     def gather_node(self, slot: ir.Value) -> tuple[ir.Value, ir.Value]:
         """(feature word, threshold) of each lane's node."""
-        b, v = self.b, self.v
+        v = self.v
         if not self.spec.node_pairs:
             return v.gather(self.d["feat"], I32, slot), v.gather(self.d["thr"], self.ct, slot)
         return self.split_pair(v.gather(self.d["node"], I64, slot))
