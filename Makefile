@@ -8,7 +8,9 @@ DEV_DEPS := torch==2.13.0 "xgboost-cpu>=3.0,<4" "llvmlite>=0.44" "onnx>=1.15" "o
 	"tqdm>=4.60" "matplotlib>=3.7" "pyarrow>=14"
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all lint typecheck clean env
+.PHONY: demo test test-all lint typecheck clean env bench-deps bench
+# Peers for benchmarks only (demo and test do not need them): ONNX converters and TL2cgen.
+PEER_DEPS := "skl2onnx>=1.16" "onnxmltools>=1.12" "tl2cgen>=1.0"
 
 env: $(STAMP)
 
@@ -28,6 +30,12 @@ test: $(STAMP)
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --timeout 1800
+
+bench-deps: $(STAMP)
+	$(BIN)/python -m pip install -q $(PEER_DEPS)
+
+bench: bench-deps
+	$(BIN)/python benchmarks/bench_trees.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
