@@ -8,7 +8,8 @@ Peregrine native and Peregrine torch; any that is not installed is skipped with 
 
     .venv/bin/python benchmarks/bench_trees.py --out docs/benchmarks.md
 
-Times are medians of ``--repeat`` runs after one warm-up, on float32 input. Compile times are
+Each system runs in a process of its own. Times are medians of ``--repeat`` runs after one
+warm-up, on float32 input. Compile times are
 measured cold: Peregrine's with an empty kernel cache; TL2cgen and lleaves artifacts are cached
 under ``--cache`` across runs (lleaves needs many minutes for these models), so their compile
 time is the one recorded when the cache was filled. This is a script, not a test.
@@ -253,47 +254,69 @@ def per_row_time(fn, X, rows: int, repeat: int) -> float:
     return float(np.median(runs))
 
 
+SYSTEMS = ("library", "onnxruntime", "tl2cgen", "lleaves", "peregrine-native", "peregrine-torch")
+
+
+def prepare_system(label: str, model, threads: int, cache: Path):
+    if label == "library":
+        return library(model, threads)
+    if label == "onnxruntime":
+        return onnxruntime(model, threads)
+    if label == "tl2cgen":
+        return tl2cgen(model, threads, cache)
+    if label == "lleaves":
+        return lleaves(model, threads, cache)
+    return peregrine_backend(label.split("-", 1)[1])(model, threads)
+
+
 def bench_model(name, model, X, args, cache) -> list[Result]:
-    systems = [("library", lambda m, t: library(m, t)),
-               ("onnxruntime", onnxruntime),
-               ("tl2cgen", lambda m, t: tl2cgen(m, t, cache)),
-               ("lleaves", lambda m, t: lleaves(m, t, cache)),
-               ("peregrine-native", peregrine_backend("native")),
-               ("peregrine-torch", peregrine_backend("torch"))]
-    wanted = args.systems.split(",") if args.systems else None
+    """Every system in a process of its own (spawned, the model handed over by
+    multiprocessing): thread pools that keep spinning after a call (OpenMP, ONNX Runtime)
+    must not slow down the system measured after them."""
+    import multiprocessing
+
+    wanted = args.systems.split(",") if args.systems else list(SYSTEMS)
     want = library(model, args.threads)(X[:1000])
+    ctx = multiprocessing.get_context("spawn")
     results = []
-    for label, prepare in systems:
-        if wanted and label not in wanted and label != "library":
+    for label in SYSTEMS:
+        if (label not in wanted and label != "library") or (
+                label == "lleaves" and name != "lightgbm"):
             continue
-        if label == "lleaves" and name != "lightgbm":
-            continue
-        r = Result(label)
-        try:
-            with _cold_kernel_cache(label == "peregrine-native"):
-                _build_time.seconds.pop("last", None)
-                t = time.perf_counter()
-                fn = prepare(model, args.threads)
-                r.compile_s = _build_time.seconds.pop("last", time.perf_counter() - t)
-        except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
-            r.note = f"skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
-            print(f"  {label:18s} {r.note}", flush=True)
-            results.append(r)
-            continue
-        r.max_diff = float(np.max(np.abs(np.asarray(fn(X[:1000]), np.float64) - want)))
-        r.times["1"] = per_row_time(fn, X, args.single_rows, max(3, args.repeat // 2))
-        r.times["1K"] = median_time(fn, X[:1000], args.repeat * 4)
-        if r.times["1K"] * args.rows / 1000 > args.max_seconds:
-            r.note = f"large batch not timed (~{r.times['1K'] * args.rows / 1000:.0f} s a run)"
-            r.times["100K"] = float("nan")
-        else:
-            r.times["100K"] = median_time(fn, X[: args.rows], args.repeat)
+        with ctx.Pool(1) as pool:
+            r = Result(**pool.apply(measure_system, (label, model, X, want, vars(args),
+                                                     str(cache))))
         results.append(r)
+        if not r.times:
+            print(f"  {label:18s} {r.note}", flush=True)
+            continue
         print(f"  {label:18s} compile {r.compile_s:7.2f} s   batch1 {r.times['1'] * 1e6:9.1f} us"
               f"   1K {r.times['1K'] * 1e3:8.2f} ms   100K {r.times['100K'] * 1e3:9.1f} ms"
               f"   max|diff| {r.max_diff:.1e}", flush=True)
     return results
 
+
+def measure_system(label, model, X, want, args: dict, cache: str) -> dict:
+    args = argparse.Namespace(**args)
+    r = Result(label)
+    try:
+        with _cold_kernel_cache(label == "peregrine-native"):
+            _build_time.seconds.pop("last", None)
+            t = time.perf_counter()
+            fn = prepare_system(label, model, args.threads, Path(cache))
+            r.compile_s = _build_time.seconds.pop("last", time.perf_counter() - t)
+    except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported, not fatal
+        r.note = f"skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+        return vars(r)
+    r.max_diff = float(np.max(np.abs(np.asarray(fn(X[:1000]), np.float64) - want)))
+    r.times["1"] = per_row_time(fn, X, args.single_rows, max(3, args.repeat // 2))
+    r.times["1K"] = median_time(fn, X[:1000], args.repeat * 4)
+    if r.times["1K"] * args.rows / 1000 > args.max_seconds:
+        r.note = f"large batch not timed (~{r.times['1K'] * args.rows / 1000:.0f} s a run)"
+        r.times["100K"] = float("nan")
+    else:
+        r.times["100K"] = median_time(fn, X[: args.rows], args.repeat)
+    return vars(r)  # a plain dict crosses the process boundary
 
 class _cold_kernel_cache:
     """Compile Peregrine native with an empty kernel cache (disk and memory): the cold time."""
