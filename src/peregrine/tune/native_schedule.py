@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from peregrine import config
+from peregrine.backends.native.codegen import CACHE_ROWS_BYTES
 from peregrine.backends.native.layout import choose_layout
 from peregrine.backends.native.schedule import Lanes, Layout, Schedule
 from peregrine.ir import Forest
@@ -60,7 +61,15 @@ def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
     lanes = 16 if target.isa == "avx512" else 8
     walks = 6 if layout is Layout.PERFECT else 4
     block = lanes * walks
-    batch_s = Schedule(layout=layout, vector_width=lanes, interleave=walks, row_tile=3 * block)
+    # the transposed row tile must fit its stack buffer: fewer rows per tile for wide inputs,
+    # gathers straight from the input when not even one block fits (thousands of features)
+    itemsize = 4 if forest.input_dtype == np.float32 else 8  # float64 inputs compare in float64
+    fit = CACHE_ROWS_BYTES // (itemsize * max(1, forest.n_features)) // block * block
+    tile = min(3 * block, fit) if fit >= block else 3 * block
+    batch_s = Schedule(layout=layout, vector_width=lanes, interleave=walks, row_tile=tile,
+                       cache_rows=fit >= block)
+    if fit < block:
+        why.append(f"{forest.n_features} features: rows read in place, not cached")
     tree_walks = max(1, min(8, -(-forest.n_trees // lanes)))
     # tree lanes gather every level: (feature, threshold) pairs halve the elements gathered;
     # row lanes read the top levels from registers and lose more to unpacking than they gain

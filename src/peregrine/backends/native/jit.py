@@ -30,6 +30,7 @@ from peregrine import config
 from peregrine.backends.native.codegen import KernelSpec, build_module
 
 STATS = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
+_OBJECT_MAGICS = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\x64\x86")  # ELF, Mach-O, COFF x86-64
 _lock = threading.Lock()
 _loaded: dict[str, tuple[object, int]] = {}  # key -> (engine kept alive, function address)
 
@@ -150,6 +151,8 @@ def kernel_address(spec: KernelSpec, target: Target | None = None, *,
             try:
                 obj, origin = path.read_bytes(), "disk"
             except OSError:
+                obj = None
+            if obj is not None and not obj.startswith(_OBJECT_MAGICS):  # not LLVM's output
                 obj = None
         if obj is None:
             obj = compile_object(spec, target)
