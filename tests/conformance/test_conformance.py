@@ -5,6 +5,7 @@ Scores: rtol 1e-5, atol 1e-6. Labels: identical."""
 from __future__ import annotations
 
 import importlib
+import os
 
 import numpy as np
 import pytest
@@ -52,6 +53,7 @@ def _available(backend: str) -> bool:
 def assert_same(method: str, got: np.ndarray, want: np.ndarray, where: str) -> None:
     assert got.shape == want.shape, f"{where}: shape {got.shape} != {want.shape}"
     if want.dtype.kind in "fc":
+        _log_deviation(got, want, where)
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL, err_msg=where)
     else:
         mismatch = np.flatnonzero(got.reshape(len(got), -1) != want.reshape(len(want), -1))
@@ -59,6 +61,20 @@ def assert_same(method: str, got: np.ndarray, want: np.ndarray, where: str) -> N
     assert got.dtype == want.dtype or (got.dtype.kind == want.dtype.kind == "O"), (
         f"{where}: dtype {got.dtype} != {want.dtype}"
     )
+
+
+def _log_deviation(got: np.ndarray, want: np.ndarray, where: str) -> None:
+    """With PEREGRINE_DEVIATION_LOG=FILE, append the largest absolute and relative deviation of
+    every score comparison (for the closing figures: `largest deviation seen`)."""
+    path = os.environ.get("PEREGRINE_DEVIATION_LOG")
+    if not path or got.shape != want.shape:
+        return
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    both = np.isfinite(g) & np.isfinite(w)
+    diff = np.abs(g - w)[both]
+    rel = diff / np.maximum(np.abs(w[both]), 1e-300)
+    with open(path, "a") as fh:
+        fh.write(f"{where}\t{diff.max(initial=0.0):.3e}\t{rel.max(initial=0.0):.3e}\n")
 
 
 @pytest.fixture(scope="module")
