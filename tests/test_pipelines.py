@@ -23,7 +23,7 @@ from sklearn.preprocessing import (
 )
 
 import peregrine
-from peregrine.errors import UnsupportedModelError
+from peregrine.errors import InputError, UnsupportedModelError
 
 BACKENDS = ["reference", "torch"]
 RTOL, ATOL = 1e-5, 1e-6
@@ -165,3 +165,35 @@ def test_unsupported_parts_raise_typed_errors():
     custom.fit(df[["age", "income"]].fillna(0), y)
     with pytest.raises(UnsupportedModelError, match="FunctionTransformer"):
         peregrine.compile(custom, "reference")
+
+
+def test_handle_unknown_error_raises_like_sklearn(tmp_path):
+    """handle_unknown='error' (the default): every value sklearn rejects is an InputError,
+    whether it is an unseen string, a missing value imputed to an unknown fill value, or an
+    unseen numeric category; known values give sklearn's numbers (also after save/load)."""
+    df = pd.DataFrame({"c": ["a", "b", "c", "a"] * 10, "x": np.arange(40.0) % 3,
+                       "o": ["u", "v"] * 20})
+    ct = ColumnTransformer([
+        ("s", make_pipeline(SimpleImputer(strategy="constant", fill_value="zz"),
+                            OneHotEncoder(sparse_output=False)), ["c"]),
+        ("n", OneHotEncoder(sparse_output=False), ["x"]),
+        ("o", OrdinalEncoder(), ["o"]),
+    ])
+    pipe = make_pipeline(ct, LogisticRegression()).fit(df, np.arange(40) % 2)
+    for backend in BACKENDS:
+        compiled = peregrine.compile(pipe, backend)
+        assert compiled.spec.category_unknown_error == {0, 2}
+        path = tmp_path / f"{backend}.peregrine"
+        compiled.save(path)
+        for model in (compiled, peregrine.load(path)):
+            _check(model, pipe, df)
+            for col, value, match in [("c", "q", "'q'"), ("c", None, "column 'c'"),
+                                      ("x", 5.0, "5.0"), ("c", "zz", "'zz'"),
+                                      ("o", "w", "'w'"), ("o", None, "column 'o'")]:
+                bad = df.iloc[:3].copy()
+                bad[col] = bad[col].astype(object)
+                bad.loc[1, col] = value
+                with pytest.raises(ValueError):
+                    pipe.predict(bad)
+                with pytest.raises(InputError, match=match):
+                    model.predict(bad)

@@ -14,6 +14,7 @@ from peregrine.errors import NotFittedError, UnsupportedModelError
 from peregrine.ir import Graph
 from peregrine.registry import TypeRegistry
 
+INPUT_ERRORS = "input_errors"  # graph output checked by the runtime (ModelSpec.input_checks)
 METHOD_NAMES = ("predict", "predict_proba", "decision_function", "transform", "score_samples")
 
 
@@ -41,6 +42,14 @@ class ModelSpec:
     # pandas category columns: column index -> categories in code order (code = position), as
     # the source library recorded them at fit time
     category_maps: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    # category-mapped input columns read by an encoder with handle_unknown='error': a string
+    # absent from the column's map is rejected at the boundary (InputError naming the value)
+    category_unknown_error: frozenset[int] = frozenset()
+    # per column of the graph output INPUT_ERRORS (present only when non-empty): (what raises,
+    # input column it reads or -1). A non-zero entry there is a row sklearn would reject (an
+    # unseen category reaching an encoder with handle_unknown='error', a new missing column in
+    # MissingIndicator): the runtime raises InputError instead of returning numbers
+    input_checks: tuple[tuple[str, int], ...] = ()
     versions: dict[str, str] = field(default_factory=dict)  # library versions at conversion
 
 

@@ -20,6 +20,7 @@ from sklearn.pipeline import FeatureUnion, Pipeline
 
 from peregrine.errors import UnsupportedModelError
 from peregrine.frontends.base import (
+    INPUT_ERRORS,
     ModelSpec,
     qualified_name,
     register_frontend,
@@ -34,6 +35,7 @@ from peregrine.frontends.steps import (
     concat,
     convert_head,
     convert_step,
+    register_head,
     register_step,
     select,
 )
@@ -49,8 +51,12 @@ def model_spec(model: Any, build_head) -> ModelSpec:
     x = g.input(int(n))
     ctx = Context(g)
     head: Head = build_head(ctx, Flow(x, tuple(range(int(n)))))
+    outputs = dict(head.outputs)
+    check = ctx.check_node()
+    if check is not None:
+        outputs[INPUT_ERRORS] = check
     return ModelSpec(
-        graph=g.build(head.outputs),
+        graph=g.build(outputs),
         methods=head.methods,
         n_features=int(n),
         source=qualified_name(model),
@@ -58,6 +64,8 @@ def model_spec(model: Any, build_head) -> ModelSpec:
         allow_nan=ctx.allow_nan,  # steps clear it when a NaN-rejecting step may see NaN
         allow_inf=False,  # check_array rejects infinity in every supported estimator
         category_maps={j: tuple(v.values) for j, v in sorted(ctx.vocabs.items())},
+        category_unknown_error=frozenset(ctx.unknown_error),
+        input_checks=tuple(w for _, ws in ctx.checks for w in ws),
         versions={"sklearn": sklearn_version},
     )
 
@@ -93,6 +101,10 @@ def _pipeline_head(model: Pipeline, ctx: Context, flow: Flow) -> Head:
 )
 def convert_pipeline(model: Pipeline) -> ModelSpec:
     return model_spec(model, lambda ctx, flow: _pipeline_head(model, ctx, flow))
+
+
+# a nested pipeline as a final step (VotingClassifier members, Pipeline in Pipeline)
+register_head(Pipeline)(_pipeline_head)
 
 
 @register_step(Pipeline)

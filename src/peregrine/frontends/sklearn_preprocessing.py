@@ -6,9 +6,14 @@ Encoders learn their category -> output-column mapping by calling their own ``tr
 on a probe holding every fitted category (exact by construction: drop, infrequent grouping and
 encoded missing values included); unknown values follow ``handle_unknown``.
 
-Known gaps: handle_unknown='error' cannot raise inside a compiled program, so an unseen
-category gives all-zero indicators (OneHotEncoder) or NaN (OrdinalEncoder) where sklearn
-raises. String columns see None, NaN and pd.NA alike as missing.
+handle_unknown='error': sklearn raises on a value outside ``categories_``. A compiled program
+cannot raise per row, so the encoder adds a check (``_unknown_check``): a ONE_HOT node whose
+only slots are "no category matched", one per column, exported as the INPUT_ERRORS output; the
+runtime evaluates it with every call and raises InputError on the first flagged row. This one
+mechanism is right wherever the column comes from (numeric input, imputed codes, a computed
+column); unseen *strings* are also rejected earlier, at the boundary, where the offending value
+is still known (``ModelSpec.category_unknown_error``). Known gap: string columns see None, NaN
+and pd.NA alike as missing.
 """
 
 from __future__ import annotations
@@ -213,6 +218,20 @@ def _category_values(est: Any, ctx: Context, flow: Flow, i: int, cats: np.ndarra
     return np.asarray([vocab.code(c) for c in cats], dtype=np.float64)
 
 
+def _unknown_check(est: Any, ctx: Context, flow: Flow, cats: list[np.ndarray]) -> None:
+    """handle_unknown='error': flag rows whose value matches none of ``cats`` (see top)."""
+    if est.handle_unknown != "error":
+        return
+    node = ctx.g.add(Op.ONE_HOT, (flow.node,), width=flow.width, columns=np.arange(flow.width),
+                     categories=tuple(cats),
+                     slots=tuple(np.full(len(c), -1, dtype=np.int64) for c in cats),
+                     unknown_slots=np.arange(flow.width))
+    name = type(est).__name__
+    ctx.add_check(node, [(f"{name}(handle_unknown='error') got a category unseen at fit time",
+                          -1 if s is None else int(s)) for s in flow.src])
+    ctx.unknown_error.update(s for s in flow.src if s is not None and s in ctx.vocabs)
+
+
 @register_step(OneHotEncoder)
 def step_one_hot(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "categories_")
@@ -235,6 +254,7 @@ def step_one_hot(est: Any, ctx: Context, flow: Flow) -> Flow:
     node = ctx.g.add(Op.ONE_HOT, (flow.node,), width=int(offsets[-1]),
                      columns=np.arange(flow.width), categories=tuple(cats_out),
                      slots=tuple(slots_out), unknown_slots=np.asarray(unknown_out))
+    _unknown_check(est, ctx, flow, cats_out)
     return Flow(node, (None,) * int(offsets[-1]), nan=False, keeps_dtype=False)
 
 
@@ -252,6 +272,7 @@ def step_ordinal(est: Any, ctx: Context, flow: Flow) -> Flow:
     node = ctx.g.add(Op.CATEGORY_MAP, (flow.node,), width=flow.width,
                      columns=np.arange(flow.width), categories=tuple(cats_out),
                      codes=tuple(codes_out), unknown=np.full(flow.width, unknown))
+    _unknown_check(est, ctx, flow, cats_out)
     nan = bool(np.isnan(unknown) or any(np.isnan(c).any() for c in codes_out))
     return Flow(node, (None,) * flow.width, nan=nan, keeps_dtype=False)
 

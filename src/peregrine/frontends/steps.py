@@ -53,6 +53,22 @@ class Context:
     g: GraphBuilder
     vocabs: dict[int, Vocab] = field(default_factory=dict)  # input column -> its string codes
     allow_nan: bool = True  # cleared when a step that rejects NaN may receive it
+    # string input columns an encoder with handle_unknown='error' reads (ModelSpec field)
+    unknown_error: set[int] = field(default_factory=set)
+    # (node, per-column (what, input column or -1)): non-zero = a row sklearn rejects
+    checks: list[tuple[str, tuple[tuple[str, int], ...]]] = field(default_factory=list)
+
+    def add_check(self, node: str, what: list[tuple[str, int]]) -> None:
+        self.checks.append((node, tuple(what)))
+
+    def check_node(self) -> str | None:
+        """One node holding every check column (the INPUT_ERRORS output), or None."""
+        if not self.checks:
+            return None
+        nodes = [n for n, _ in self.checks]
+        if len(nodes) == 1:
+            return nodes[0]
+        return self.g.add(Op.CONCAT, tuple(nodes), width=sum(len(w) for _, w in self.checks))
 
     def reject_nan(self, flow: Flow) -> None:
         """The step reading ``flow`` rejects NaN (sklearn's check_array): so must the input."""
@@ -150,6 +166,9 @@ def splice_frontend(est: Any, ctx: Context, flow: Flow) -> Head:
             f"{qualified_name(est)} reads pandas categories itself; as a pipeline step it must "
             "receive numbers (encode categories with an earlier step)"
         )
+    if spec.input_checks:
+        raise UnsupportedModelError(f"{qualified_name(est)} checks its input rows; it cannot be "
+                                    "spliced as a pipeline step")
     if spec.n_features != flow.width:
         raise UnsupportedModelError(f"{qualified_name(est)} expects {spec.n_features} "
                                     f"columns, the pipeline gives it {flow.width}")

@@ -140,6 +140,8 @@ def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
             "allow_nan": spec.allow_nan,
             "allow_inf": spec.allow_inf,
             "category_maps": [[k, w.value(list(v))] for k, v in spec.category_maps.items()],
+            "category_unknown_error": sorted(spec.category_unknown_error),
+            "input_checks": [[m, c] for m, c in spec.input_checks],
             "versions": spec.versions,
         },
     }
@@ -226,5 +228,8 @@ def _spec_from_json(d: dict[str, Any], r: _Reader) -> ModelSpec:
         allow_nan=bool(d["allow_nan"]),
         allow_inf=bool(d["allow_inf"]),
         category_maps={int(k): tuple(r.value(v)) for k, v in d["category_maps"]},
+        # absent in artifacts written before these fields existed: nothing to check
+        category_unknown_error=frozenset(int(k) for k in d.get("category_unknown_error", ())),
+        input_checks=tuple((str(m), int(c)) for m, c in d.get("input_checks", ())),
         versions=dict(d.get("versions", {})),
     )

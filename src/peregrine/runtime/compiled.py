@@ -12,7 +12,7 @@ import numpy as np
 
 from peregrine.backends import Executable, get_backend
 from peregrine.errors import InputError
-from peregrine.frontends.base import METHOD_NAMES, ModelSpec
+from peregrine.frontends.base import INPUT_ERRORS, METHOD_NAMES, ModelSpec
 from peregrine.options import CompileOptions
 
 
@@ -137,7 +137,14 @@ class CompiledModel:
                             check=self.options.validate_input)
         if arr.shape[0] == 0:
             raise InputError("input has 0 rows; expected at least one")
-        out = self._exec.run(arr, (method.output,))[method.output]
+        if self.spec.input_checks and self.options.validate_input:
+            # rows sklearn would reject (handle_unknown='error'...) are flagged by the graph
+            # itself, in the same run: a compiled program cannot raise per row
+            res = self._exec.run(arr, (method.output, INPUT_ERRORS))
+            self._raise_flagged(np.asarray(res[INPUT_ERRORS]), arr)
+            out = res[method.output]
+        else:
+            out = self._exec.run(arr, (method.output,))[method.output]
         out = np.asarray(out)
         if method.labels is not None:
             out = method.labels[out.reshape(-1)]
@@ -147,6 +154,22 @@ class CompiledModel:
         # dtype "input": the source keeps a float32 input float32 (sklearn's scalers)
         dtype = str(arr.dtype).replace("torch.", "") if method.dtype == "input" else method.dtype
         return out.astype(dtype, copy=False)
+
+    def _raise_flagged(self, flags: np.ndarray, arr: Any) -> None:
+        bad = flags != 0
+        if not bad.any():
+            return
+        r, c = (int(i) for i in np.argwhere(bad)[0])
+        what, src = self.spec.input_checks[c]
+        where = ""
+        if src >= 0:
+            names = self.spec.feature_names
+            value = float(arr[r, src])
+            cats = self.spec.category_maps.get(src)
+            if cats is not None:  # a code: show the value the user passed
+                value = None if np.isnan(value) or value == 0 else cats[int(value)]
+            where = f" in column {names[src] if names else src!r} (value {value!r})"
+        raise InputError(f"{self.spec.source}: row {r}{where}: {what}")
 
 
 def build(spec: ModelSpec, backend: str, options: CompileOptions, device: str,

@@ -128,7 +128,8 @@ def _from_dataframe(df: Any, spec: ModelSpec) -> np.ndarray:
         if isinstance(col.dtype, pd.CategoricalDtype) or (
             j in spec.category_maps and col.dtype.kind not in "fiub"
         ):
-            out[:, j] = _category_codes(col, spec.category_maps.get(j), name)
+            out[:, j] = _category_codes(col, spec.category_maps.get(j), name,
+                                        j in spec.category_unknown_error)
             all_f32 = False
             continue
         values = col.to_numpy()
@@ -151,10 +152,13 @@ def _from_dataframe(df: Any, spec: ModelSpec) -> np.ndarray:
     return out.astype(np.float32) if all_f32 and df.shape[1] else out
 
 
-def _category_codes(col: Any, categories: tuple | None, name: Any) -> np.ndarray:
+def _category_codes(col: Any, categories: tuple | None, name: Any,
+                    unknown_error: bool = False) -> np.ndarray:
     """Codes as the source library saw them at fit time: the position of each value among the
     categories recorded then (not the column's own, possibly different, category order).
-    Values unseen at fit time become missing, as LightGBM's and XGBoost's pandas paths do."""
+    Values unseen at fit time become missing, as LightGBM's and XGBoost's pandas paths do,
+    unless ``unknown_error`` (an encoder with handle_unknown='error' reads the column, so
+    scikit-learn raises): then the first unseen value is an InputError."""
     import pandas as pd
 
     if categories is None:
@@ -162,7 +166,18 @@ def _category_codes(col: Any, categories: tuple | None, name: Any) -> np.ndarray
     else:
         # get_indexer: -1 for unseen values, without pandas' deprecation of unseen values in
         # pd.Categorical(values, categories=...)
-        codes = pd.Index(list(categories)).get_indexer(col.to_numpy(dtype=object))
+        values = col.to_numpy(dtype=object)
+        codes = pd.Index(list(categories)).get_indexer(values)
+        if unknown_error:
+            # missing values have code 0 (or -1 here); whether they are an error depends on
+            # the steps before the encoder (an imputer), so the graph's check decides those
+            unseen = (codes < 0) & ~pd.isna(values)
+            if unseen.any():
+                r = int(np.flatnonzero(unseen)[0])
+                raise InputError(
+                    f"column {name!r} holds {values[r]!r} (row {r}), a category unseen at fit "
+                    "time; the model's encoder has handle_unknown='error'"
+                )
     codes = codes.astype(np.float64)
     codes[codes < 0] = np.nan
     return codes
