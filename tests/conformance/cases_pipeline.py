@@ -27,6 +27,15 @@ from sklearn.preprocessing import (
 )
 from sklearn.svm import LinearSVC, LinearSVR
 
+from sklearn import naive_bayes as nb
+from sklearn.cluster import KMeans, MiniBatchKMeans
+from sklearn.decomposition import PCA, IncrementalPCA, TruncatedSVD
+from sklearn.discriminant_analysis import (
+    LinearDiscriminantAnalysis,
+    QuadraticDiscriminantAnalysis,
+)
+from sklearn.neural_network import MLPClassifier, MLPRegressor
+
 from tests.conformance.case import Case, cached
 
 
@@ -62,6 +71,55 @@ def _reg_case(name, make, **kw):
 
 def _clf_case(name, make, n_classes=2, **kw):
     return Case(f"pipe-{name}-{n_classes}c", _fit(make, lambda: _clf(n_classes), **kw))
+
+
+@cached
+def _counts(n_classes: int):
+    X, y = _clf(n_classes)
+    return np.round(np.abs(X) * 2), y  # non-negative counts for Multinomial/ComplementNB
+
+
+def _mlp(act, n_classes=2):
+    return _clf_case(f"mlp-{act}", lambda: MLPClassifier(hidden_layer_sizes=(7, 5), activation=act, max_iter=300,
+                                                         random_state=0), n_classes=n_classes)
+
+
+def _f64_expect(model, method, X):
+    # sklearn 1.9's KMeans.predict raises on float32 rows for a float64-fitted model (Cython
+    # buffer dtype mismatch); its float64 answer is the reference
+    return getattr(model, method)(np.asarray(X, dtype=np.float64))
+
+
+def _models_cases():
+    out = []
+    for k in (2, 3):
+        out += [
+            _clf_case("gaussiannb", nb.GaussianNB, n_classes=k),
+            _clf_case("bernoullinb", lambda: nb.BernoulliNB(binarize=0.2), n_classes=k),
+            Case(f"pipe-multinomialnb-{k}c", _fit(nb.MultinomialNB, lambda k=k: _counts(k))),
+            Case(f"pipe-complementnb-{k}c", _fit(nb.ComplementNB, lambda k=k: _counts(k))),
+            _clf_case("lda", LinearDiscriminantAnalysis, n_classes=k),
+            _clf_case("qda", lambda: QuadraticDiscriminantAnalysis(reg_param=0.1), n_classes=k),
+        ]
+    out += [_mlp(a) for a in ("identity", "logistic", "tanh", "relu")]
+    out += [
+        _mlp("relu", n_classes=3),
+        _reg_case("mlpreg-tanh", lambda: MLPRegressor(hidden_layer_sizes=(6,), activation="tanh", max_iter=300,
+                                                      random_state=0)),
+        _reg_case("mlpreg-relu", lambda: MLPRegressor(hidden_layer_sizes=(6, 4), max_iter=300, random_state=0)),
+        _reg_case("pca", lambda: PCA(4)),
+        _reg_case("pca-whiten", lambda: PCA(3, whiten=True)),
+        _reg_case("ipca", lambda: IncrementalPCA(3)),
+        _reg_case("tsvd", lambda: TruncatedSVD(3, random_state=0)),
+        Case("pipe-kmeans", _fit(lambda: KMeans(4, n_init=2, random_state=0), _reg),
+             expect=_f64_expect),
+        Case("pipe-mbkmeans", _fit(lambda: MiniBatchKMeans(3, n_init=2, random_state=0), _reg),
+             expect=_f64_expect),
+        _clf_case("lda-eigen", lambda: LinearDiscriminantAnalysis(solver="eigen", shrinkage=0.1), n_classes=3),
+        _clf_case("scale-pca-lda-pipe", lambda: make_pipeline(
+            StandardScaler(), PCA(4, whiten=True), LinearDiscriminantAnalysis()), n_classes=3),
+    ]
+    return out
 
 
 def _codes_pipeline():
@@ -133,4 +191,5 @@ CASES = [
         GradientBoostingRegressor(n_estimators=10, max_depth=3, random_state=0))),
     Case("pipe-codes-logreg-3c", _fit(_codes_pipeline, _int_data), categorical=(0, 1),
          category_values=(-1, 0, 1, 2, 3, 0.5, 7)),
+    *_models_cases(),
 ]

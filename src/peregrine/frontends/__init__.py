@@ -19,6 +19,7 @@ _MODULES = (
     ("peregrine.frontends.sklearn_pipeline", "sklearn"),
     ("peregrine.frontends.sklearn_preprocessing", "sklearn"),
     ("peregrine.frontends.sklearn_linear", "sklearn"),
+    ("peregrine.frontends.sklearn_models", "sklearn"),
     ("peregrine.frontends.xgboost", "xgboost"),
     ("peregrine.frontends.lightgbm", "lightgbm"),
 )
