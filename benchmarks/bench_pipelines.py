@@ -1,0 +1,198 @@
+"""Pipeline benchmark (run by hand, not a test): Peregrine's torch backend vs scikit-learn vs
+ONNX Runtime (skl2onnx) on linear models, naive Bayes, an MLP, featurizers and a realistic
+ColumnTransformer pipeline over string columns.
+
+    .venv/bin/python benchmarks/bench_pipelines.py --rows 200000 --out docs/benchmarks_pipelines.md
+
+Each system scores the same rows in one call; median of --repeats timed runs after one warm-up.
+Threads: torch.set_num_threads, ORT intra_op_num_threads and OMP/MKL env (set before imports).
+Outputs are checked against scikit-learn (rtol 1e-5 / atol 1e-6) so a fast wrong answer shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+import warnings
+
+THREADS = "2"
+for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(var, THREADS)
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+
+def _models(n_fit: int, seed: int = 0):
+    from sklearn import linear_model as lm
+    from sklearn.compose import ColumnTransformer
+    from sklearn.datasets import make_classification
+    from sklearn.ensemble import GradientBoostingClassifier
+    from sklearn.impute import SimpleImputer
+    from sklearn.naive_bayes import BernoulliNB
+    from sklearn.neural_network import MLPClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import (Binarizer, MinMaxScaler, Normalizer, OneHotEncoder,
+                                       PolynomialFeatures, StandardScaler)
+    from sklearn.svm import LinearSVC
+
+    X, y = make_classification(n_fit, 20, n_informative=10, random_state=seed)
+    X = X.astype(np.float32)
+    numeric = [
+        ("LogisticRegression", lm.LogisticRegression(max_iter=300), "predict_proba"),
+        ("SGDClassifier", lm.SGDClassifier(random_state=0), "decision_function"),
+        ("LinearSVC", LinearSVC(), "decision_function"),
+        ("BernoulliNB", BernoulliNB(), "predict_proba"),
+        ("MLPClassifier", MLPClassifier((100,), max_iter=50, random_state=0), "predict_proba"),
+        ("Binarizer", Binarizer(), "transform"),
+        ("MinMaxScaler", MinMaxScaler(), "transform"),
+        ("Normalizer", Normalizer(), "transform"),
+        ("PolynomialFeatures", PolynomialFeatures(2), "transform"),
+        ("StandardScaler", StandardScaler(), "transform"),
+    ]
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, est, method in numeric:
+            out.append((name, est.fit(X, y), method, "numeric"))
+        df = _frame(n_fit, seed)
+        yd = ((df["num0"].fillna(0) > 0) ^ (df["cat0"] == "c1")).to_numpy().astype(int)
+        for head_name, head in (("LogisticRegression", lm.LogisticRegression(max_iter=300)),
+                                ("GradientBoosting", GradientBoostingClassifier(
+                                    n_estimators=50, max_depth=3, random_state=0))):
+            ct = ColumnTransformer([
+                ("num", make_pipeline(SimpleImputer(), StandardScaler()), NUM),
+                ("cat", OneHotEncoder(handle_unknown="ignore", sparse_output=False), CAT),
+            ])
+            pipe = make_pipeline(ct, head).fit(df, yd)
+            out.append((f"CT(impute+scale+onehot) -> {head_name}", pipe, "predict_proba",
+                        "frame"))
+    return out, X
+
+
+NUM = [f"num{i}" for i in range(15)]
+CAT = [f"cat{i}" for i in range(5)]
+
+
+def _frame(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    data = {c: rng.normal(size=n) for c in NUM}
+    for i, c in enumerate(CAT):
+        data[c] = rng.choice([f"c{j}" for j in range(4 + 3 * i)], n).astype(object)
+    df = pd.DataFrame(data)
+    df.loc[::13, "num0"] = np.nan
+    return df
+
+
+def _onnx(model, method: str, kind: str, X):
+    import onnxruntime as ort
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
+
+    if kind == "frame":
+        types = [(c, FloatTensorType([None, 1])) for c in NUM]
+        types += [(c, StringTensorType([None, 1])) for c in CAT]
+        onx = to_onnx(model, initial_types=types, options={"zipmap": False})
+    else:
+        opts = {"zipmap": False} if hasattr(model, "classes_") else None
+        onx = to_onnx(model, X[:1], options=opts, target_opset=17)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = int(THREADS)
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(onx.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    pick = names[-1] if method == "predict_proba" or len(names) == 1 else names[-1]
+    if method == "transform":
+        pick = names[0]
+
+    def feeds(data):
+        if kind == "frame":
+            return {c: (data[c].to_numpy(np.float32) if c in NUM else
+                        data[c].to_numpy(object).astype(str)).reshape(-1, 1)
+                    for c in NUM + CAT}
+        return {sess.get_inputs()[0].name: data}
+    return lambda data: sess.run([pick], feeds(data))[0]
+
+
+def _time(fn, data, repeats: int) -> tuple[float, object]:
+    out = fn(data)  # warm-up
+    ts = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn(data)
+        ts.append(time.perf_counter() - t)
+    return float(np.median(ts)), out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=None, help="write a markdown table here")
+    args = ap.parse_args(argv)
+
+    import sklearn
+    import torch
+
+    import peregrine
+
+    torch.set_num_threads(int(THREADS))
+    models, _ = _models(5000)
+    rng = np.random.default_rng(1)
+    Xn = rng.normal(size=(args.rows, 20)).astype(np.float32)
+    df = _frame(args.rows, 2)
+    rows = []
+    for name, model, method, kind in models:
+        data = df if kind == "frame" else Xn
+        compiled = peregrine.compile(model, "torch")
+        res = {"model": name, "method": method}
+        t_sk, want = _time(getattr(model, method), data, args.repeats)
+        t_pg, got = _time(getattr(compiled, method), data, args.repeats)
+        np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64),
+                                   rtol=1e-5, atol=1e-6, err_msg=name)
+        res.update(sklearn=t_sk, peregrine=t_pg)
+        try:
+            run = _onnx(model, method, kind, data)
+            t_ox, ox = _time(run, data, args.repeats)
+            ox = np.asarray(ox, np.float64).reshape(np.shape(want))
+            err = float(np.max(np.abs(ox - np.asarray(want, np.float64))))
+            res.update(onnx=t_ox, onnx_err=err)
+        except Exception as exc:  # converter gaps are results too
+            res.update(onnx=None, onnx_note=f"{type(exc).__name__}: {str(exc)[:60]}")
+        rows.append(res)
+        print(res, flush=True)
+
+    import onnxruntime
+    import skl2onnx
+
+    head = [f"# Pipeline benchmark ({args.rows:,} rows, 20 features, {THREADS} threads)", "",
+            f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores "
+            f"(shared and loaded while measured: other jobs ran on it; treat ratios as rough). "
+            f"Python {sys.version.split()[0]}, scikit-learn {sklearn.__version__}, torch "
+            f"{torch.__version__}, onnxruntime {onnxruntime.__version__}, skl2onnx "
+            f"{skl2onnx.__version__}, peregrine {peregrine.__version__}. One call on all rows, "
+            f"median of {args.repeats} runs after a warm-up; float32 input (DataFrame for the "
+            "pipelines). Peregrine's outputs were checked against scikit-learn (rtol 1e-5, "
+            "atol 1e-6); ORT's max abs deviation is listed.", "",
+            "| model | method | sklearn s | peregrine torch s | ORT s | sklearn/peregrine | "
+            "ORT/peregrine | ORT max abs dev |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ox, pg = r.get("onnx"), r["peregrine"]
+        ort_s = "n/a" if ox is None else f"{ox:.4f}"
+        ort_ratio = f"n/a ({r.get('onnx_note', '')})" if ox is None else f"{ox / pg:.2f}x"
+        dev = "" if ox is None else f"{r['onnx_err']:.1e}"
+        head.append(f"| {r['model']} | {r['method']} | {r['sklearn']:.4f} | {pg:.4f} | "
+                    f"{ort_s} | {r['sklearn'] / pg:.2f}x | {ort_ratio} | {dev} |")
+    text = "\n".join(head) + "\n"
+    print(text)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
