@@ -102,7 +102,7 @@ def onnxruntime(model, threads):
         raise ImportError(peer.inapplicable_reason(model) if peer.available()
                           else peer.unavailable_reason())
     run = peer.prepare(model, 28, threads=threads)
-    return lambda X: _proba(run(X))
+    return lambda X: _proba(run(X), len(X))
 
 
 def tl2cgen(model, threads, cache: Path):
@@ -125,7 +125,8 @@ def tl2cgen(model, threads, cache: Path):
             os.replace(tmp, lib)
     predictor = tl2cgen.Predictor(str(lib), nthread=threads)
     single = tl2cgen.Predictor(str(lib), nthread=1)  # as for the libraries: no pool per row
-    return lambda X: _proba((single if len(X) == 1 else predictor).predict(tl2cgen.DMatrix(X)))
+    return lambda X: _proba((single if len(X) == 1 else predictor).predict(tl2cgen.DMatrix(X)),
+                            len(X))
 
 
 def lleaves(model, threads, cache: Path):
@@ -209,11 +210,11 @@ class _build_time:
             _build_time.seconds["last"] = float(self.record.read_text())
 
 
-def _proba(out) -> np.ndarray:
-    out = np.asarray(out)
-    if out.ndim == 1 or out.shape[1] == 1:
-        p = out.reshape(-1)
-        return np.stack([1 - p, p], axis=1)
+def _proba(out, n: int) -> np.ndarray:
+    """(n, 2) class probabilities from a peer's (n,), (n, 1), (n, 2) or (n, 1, 2) output."""
+    out = np.asarray(out).reshape(n, -1)
+    if out.shape[1] == 1:
+        return np.stack([1 - out[:, 0], out[:, 0]], axis=1)
     return out
 
 
