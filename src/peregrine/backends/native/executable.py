@@ -244,29 +244,29 @@ class ForestProgram:
         attribute lookup costs tens of nanoseconds there, a kernel walk of 500 trees ~2 us."""
         if not (self.small_rows and self.n_trees):
             return fallback
-        cmp = self.cmp_dtype(INPUT_DTYPES[0])
-        slot = self._slot(cmp, program, width)
-        # input dtypes this slot serves: its buffer's assignment rounds them as NumPy does
-        served = [d for d in INPUT_DTYPES if self.cmp_dtype(d) == cmp]
-        dt, dt2 = served[0], served[-1]
-        xbuf, obuf, args, fn, ptr, lock, _ = slot
+        # one slot per compare dtype, found by the input's type number (arrays that crossed a
+        # pickle carry dtype objects of their own); assigning into a slot's buffer rounds the
+        # input as NumPy would
+        slots: dict[np.dtype, tuple] = {}
+        by_num = {d.num: slots.setdefault(self.cmp_dtype(d), self._slot(
+            self.cmp_dtype(d), program, width)) for d in INPUT_DTYPES}
         rows, nf, re_ = self.small_rows, self.n_features, _RE
-        cut = obuf.shape[1] != width
 
         def call(X: np.ndarray) -> np.ndarray:
             n = X.shape[0]
-            if (n <= rows and (X.dtype is dt or X.dtype is dt2) and X.shape[1] == nf
-                    and lock.acquire(False)):
+            slot = by_num.get(X.dtype.num)
+            if slot is not None and n <= rows and X.shape[1] == nf and slot[5].acquire(False):
+                xbuf, obuf, args, fn, ptr, lock, _ = slot
                 try:
                     xbuf[:n] = X
                     args[re_] = n
                     fn(ptr)
-                    return obuf[:n, :width].copy() if cut else obuf[:n].copy()
+                    return obuf[:n, :width].copy()
                 finally:
                     lock.release()
             return fallback(X)
 
-        call.slot = slot  # keeps the buffers the cached pointers point into
+        call.slots = slots  # keeps the buffers the cached pointers point into
         return call
 
     def _few_rows(self, X: np.ndarray, program: np.ndarray, width: int) -> np.ndarray:
