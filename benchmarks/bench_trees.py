@@ -8,8 +8,8 @@ Peregrine native and Peregrine torch; any that is not installed is skipped with 
 
     .venv/bin/python benchmarks/bench_trees.py --out docs/benchmarks.md
 
-Each system runs in a process of its own. Times are medians of ``--repeat`` runs after one
-warm-up, on float32 input. Compile times are
+Each system runs in a process of its own. Times are the best of ``--repeat`` runs after one
+warm-up, on float32 input (the machine may be shared: other processes only add time). Compile times are
 measured cold: Peregrine's with an empty kernel cache; TL2cgen and lleaves artifacts are cached
 under ``--cache`` across runs (lleaves needs many minutes for these models), so their compile
 time is the one recorded when the cache was filled. This is a script, not a test.
@@ -41,6 +41,7 @@ class Result:
     compile_s: float | None = None
     times: dict[str, float] = field(default_factory=dict)  # batch label -> seconds per run
     max_diff: float | None = None
+    load: float | None = None  # 1-minute load average when the system's timing started
     note: str = ""
 
 
@@ -229,7 +230,8 @@ def _model_hash(model) -> str:
 
 
 # ------------------------------------------------------------------------------- timing --
-def median_time(fn, X, repeat: int, budget_s: float = 20.0) -> float:
+def best_time(fn, X, repeat: int, budget_s: float = 20.0) -> float:
+    """Fastest of ``repeat`` runs: on a shared machine, other processes only ever add time."""
     fn(X)
     times, start = [], time.perf_counter()
     for _ in range(repeat):
@@ -238,7 +240,7 @@ def median_time(fn, X, repeat: int, budget_s: float = 20.0) -> float:
         times.append(time.perf_counter() - t)
         if time.perf_counter() - start > budget_s:
             break
-    return float(np.median(times))
+    return float(np.min(times))
 
 
 def per_row_time(fn, X, rows: int, repeat: int) -> float:
@@ -250,7 +252,7 @@ def per_row_time(fn, X, rows: int, repeat: int) -> float:
         for r in singles:
             fn(r)
         runs.append((time.perf_counter() - t) / rows)
-    return float(np.median(runs))
+    return float(np.min(runs))
 
 
 SYSTEMS = ("library", "onnxruntime", "tl2cgen", "lleaves", "peregrine-native", "peregrine-torch")
@@ -319,13 +321,14 @@ def _measure(label, model, X, want, args, cache: str, kernels: str) -> dict:
         r.note = f"skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         return vars(r)
     r.max_diff = float(np.max(np.abs(np.asarray(fn(X[:1000]), np.float64) - want)))
+    r.load = os.getloadavg()[0]
     r.times["1"] = per_row_time(fn, X, args.single_rows, max(3, args.repeat // 2))
-    r.times["1K"] = median_time(fn, X[:1000], args.repeat * 4)
+    r.times["1K"] = best_time(fn, X[:1000], args.repeat * 4)
     if r.times["1K"] * args.rows / 1000 > args.max_seconds:
         r.note = f"large batch not timed (~{r.times['1K'] * args.rows / 1000:.0f} s a run)"
         r.times["100K"] = float("nan")
     else:
-        r.times["100K"] = median_time(fn, X[: args.rows], args.repeat)
+        r.times["100K"] = best_time(fn, X[: args.rows], args.repeat)
     return vars(r)  # a plain dict crosses the process boundary
 
 
@@ -384,11 +387,11 @@ def markdown(all_results: dict, args, meta: dict) -> str:
         lines += [f"### {TITLES[name]}", "",
                   "| system | compile s | batch 1 us/call | 1K rows ms | 100K rows ms "
                   "| ns/(row·tree) 100K | native speedup 100K | native speedup 1K "
-                  "| native speedup batch 1 | max abs diff |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| native speedup batch 1 | max abs diff | load |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in results:
             if not r.times:
-                lines.append(f"| {r.system} | {r.note} |" + " |" * 8)
+                lines.append(f"| {r.system} | {r.note} |" + " |" * 9)
                 continue
             t = r.times
             ratio = {k: (t[k] / native.times[k]) if native else float("nan") for k in t}
@@ -396,7 +399,7 @@ def markdown(all_results: dict, args, meta: dict) -> str:
                 f"| {r.system} | {r.compile_s:.2f} | {t['1'] * 1e6:.1f} | {t['1K'] * 1e3:.2f} "
                 f"| {t['100K'] * 1e3:.1f} | {t['100K'] / args.rows / trees * 1e9:.2f} "
                 f"| {ratio['100K']:.1f}x | {ratio['1K']:.1f}x | {ratio['1']:.1f}x "
-                f"| {r.max_diff:.1e} |" + (f" {r.note}" if r.note else ""))
+                f"| {r.max_diff:.1e} | {r.load:.1f} |" + (f" {r.note}" if r.note else ""))
         lines.append("")
     lines += ["### Targets", ""] + targets(all_results) + [""]
     return "\n".join(lines)
