@@ -284,9 +284,14 @@ def bench_model(name, model, X, args, cache) -> list[Result]:
         if (label not in wanted and label != "library") or (
                 label == "lleaves" and name != "lightgbm"):
             continue
-        with ctx.Pool(1) as pool:
-            r = Result(**pool.apply(measure_system, (label, model, X, want, vars(args),
-                                                     str(cache))))
+        # a plain (non-daemonic) process: scikit-learn's joblib refuses to start workers from
+        # a pool's daemonic ones and would score with one thread
+        recv, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_child, args=(send, label, model, X, want, vars(args),
+                                                str(cache)))
+        proc.start()
+        r = Result(**recv.recv())
+        proc.join()
         results.append(r)
         if not r.times:
             print(f"  {label:18s} {r.note}", flush=True)
@@ -295,6 +300,15 @@ def bench_model(name, model, X, args, cache) -> list[Result]:
               f"   1K {r.times['1K'] * 1e3:8.2f} ms   100K {r.times['100K'] * 1e3:9.1f} ms"
               f"   max|diff| {r.max_diff:.1e}", flush=True)
     return results
+
+
+def _child(conn, *job) -> None:
+    try:
+        conn.send(measure_system(*job))
+    except BaseException as exc:  # noqa: BLE001 - report any failure to the parent
+        conn.send(vars(Result(job[0], note=f"failed: {type(exc).__name__}: {exc}"[:160])))
+    finally:
+        conn.close()
 
 
 def measure_system(label, model, X, want, args: dict, cache: str) -> dict:
