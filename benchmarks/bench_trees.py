@@ -79,20 +79,12 @@ TRAIN_ROWS = 100_000
 def library(model, threads):
     """The library's predict_proba on ``threads`` threads, and on one for single rows: their
     thread pools cost far more than one row (XGBoost: ~14 ms per call on two threads)."""
-    single = _one_thread_copy(model)
-    if hasattr(model, "set_params") and "n_jobs" in model.get_params():
-        model.set_params(n_jobs=threads)
-    return lambda X: (single if len(X) == 1 else model).predict_proba(X)
-
-
-def _one_thread_copy(model):
     import copy
 
-    if not (hasattr(model, "set_params") and "n_jobs" in model.get_params()):
-        return model
-    single = copy.copy(model)
+    single = copy.copy(model)  # n_jobs is a plain parameter on all three estimators
     single.set_params(n_jobs=1)
-    return single
+    model.set_params(n_jobs=threads)
+    return lambda X: (single if len(X) == 1 else model).predict_proba(X)
 
 
 def onnxruntime(model, threads):
@@ -335,7 +327,7 @@ def _measure(label, model, X, want, args, cache: str, kernels: str) -> dict:
         r.note = f"skipped: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         return vars(r)
     r.max_diff = float(np.max(np.abs(np.asarray(fn(X[:1000]), np.float64) - want)))
-    r.load = os.getloadavg()[0]
+    r.load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     r.times["1"] = per_row_time(fn, X, args.single_rows, max(3, args.repeat // 2))
     r.times["1K"] = best_time(fn, X[:1000], args.repeat * 4)
     if r.times["1K"] * args.rows / 1000 > args.max_seconds:
@@ -378,10 +370,7 @@ def machine() -> dict[str, Any]:
         info["llvm_cpu"] = f"{llvm.get_host_cpu_name()} ({', '.join(simd)})"
     except (ImportError, RuntimeError):
         pass
-    try:
-        info["load_average"] = os.getloadavg()[0]
-    except OSError:
-        pass
+    info["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return info
 
 
