@@ -328,7 +328,7 @@ def _measure(label, model, X, want, args, cache: str, kernels: str) -> dict:
         return vars(r)
     r.max_diff = float(np.max(np.abs(np.asarray(fn(X[:1000]), np.float64) - want)))
     r.load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    r.times["1"] = per_row_time(fn, X, args.single_rows, max(3, args.repeat // 2))
+    r.times["1"] = per_row_time(fn, X, args.single_rows, max(7, args.repeat))
     r.times["1K"] = best_time(fn, X[:1000], args.repeat * 4)
     if r.times["1K"] * args.rows / 1000 > args.max_seconds:
         r.note = f"large batch not timed (~{r.times['1K'] * args.rows / 1000:.0f} s a run)"
@@ -462,7 +462,7 @@ def main(argv=None) -> None:
     p.add_argument("--models", default="xgboost,lightgbm,rf")
     p.add_argument("--systems", default="", help="comma list (default: all installed)")
     p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--single-rows", type=int, default=300, help="rows in the batch-1 loop")
+    p.add_argument("--single-rows", type=int, default=500, help="rows in the batch-1 loop")
     p.add_argument("--max-seconds", type=float, default=60.0,
                    help="skip the large batch for a system expected to take longer a run")
     p.add_argument("--cache", default=str(Path.home() / ".cache" / "peregrine" / "bench"))
