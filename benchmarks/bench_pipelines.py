@@ -35,8 +35,14 @@ def _models(n_fit: int, seed: int = 0):
     from sklearn.naive_bayes import BernoulliNB
     from sklearn.neural_network import MLPClassifier
     from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import (Binarizer, MinMaxScaler, Normalizer, OneHotEncoder,
-                                       PolynomialFeatures, StandardScaler)
+    from sklearn.preprocessing import (
+        Binarizer,
+        MinMaxScaler,
+        Normalizer,
+        OneHotEncoder,
+        PolynomialFeatures,
+        StandardScaler,
+    )
     from sklearn.svm import LinearSVC
 
     X, y = make_classification(n_fit, 20, n_informative=10, random_state=seed)

@@ -7,11 +7,19 @@ import warnings
 
 import numpy as np
 from sklearn import linear_model as lm
+from sklearn import naive_bayes as nb
+from sklearn.cluster import KMeans, MiniBatchKMeans
 from sklearn.compose import ColumnTransformer
 from sklearn.datasets import make_classification, make_regression
+from sklearn.decomposition import PCA, IncrementalPCA, TruncatedSVD
+from sklearn.discriminant_analysis import (
+    LinearDiscriminantAnalysis,
+    QuadraticDiscriminantAnalysis,
+)
 from sklearn.ensemble import GradientBoostingRegressor, RandomForestClassifier
 from sklearn.feature_selection import SelectKBest, VarianceThreshold, f_classif
 from sklearn.impute import SimpleImputer
+from sklearn.neural_network import MLPClassifier, MLPRegressor
 from sklearn.pipeline import FeatureUnion, make_pipeline
 from sklearn.preprocessing import (
     Binarizer,
@@ -26,15 +34,6 @@ from sklearn.preprocessing import (
     StandardScaler,
 )
 from sklearn.svm import LinearSVC, LinearSVR
-
-from sklearn import naive_bayes as nb
-from sklearn.cluster import KMeans, MiniBatchKMeans
-from sklearn.decomposition import PCA, IncrementalPCA, TruncatedSVD
-from sklearn.discriminant_analysis import (
-    LinearDiscriminantAnalysis,
-    QuadraticDiscriminantAnalysis,
-)
-from sklearn.neural_network import MLPClassifier, MLPRegressor
 
 from tests.conformance.case import Case, cached
 
