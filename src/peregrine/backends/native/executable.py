@@ -1,14 +1,14 @@
 """The native executable: compiled forests plus the rules for the ops around them.
 
-Each TREE_ENSEMBLE node becomes a :class:`ForestProgram` (packed arrays + kernels per input
-dtype). The element-wise ops right after it (links, affine, binary probabilities) run fused in
+Each TREE_ENSEMBLE node becomes a :class:`ForestProgram` (packed arrays + a batch kernel and a
+few-rows kernel per compare dtype). The element-wise ops right after it (links, affine, binary probabilities) run fused in
 the kernel (epilogue.py); every other op runs its rule from ``reference.RULES`` on the kernel's
 output, so those ops stay defined in exactly one place.
 
 Threads: a kernel takes a row range and a tree range, and ctypes drops the GIL for the call, so
 large batches are split over a small thread pool with no Python inside the hot loop. A handful
-of rows goes through thread-local buffers with cached pointers: one copy in, one ctypes call,
-one copy out.
+of rows goes through preallocated buffers whose pointers sit in a cached argument block (a lock
+guards them while the kernel runs): one copy in, one ctypes call, one copy out.
 """
 
 from __future__ import annotations
@@ -211,9 +211,9 @@ class ForestProgram:
         threads = max(1, min(self.n_threads if n_threads is None else n_threads, T))
         bounds = np.linspace(0, T, threads + 1).astype(int)
         parts = [np.zeros((n, self.n_outputs)) for _ in range(threads)]
+        no_ops = epilogue.encode([], 1)[0]  # never run (fin=0) but kept alive while pointed at
         if T and n:
-            bases = [self._args(X.ctypes.data, X.shape[1], p, epilogue.encode([], 1)[0])
-                     for p in parts]
+            bases = [self._args(X.ctypes.data, X.shape[1], p, no_ops) for p in parts]
             jobs = [_pool(threads).submit(self._run, v, bases[i], 0, n, int(bounds[i]),
                                           int(bounds[i + 1]), 0) for i in range(1, threads)]
             self._run(v, bases[0], 0, n, int(bounds[0]), int(bounds[1]), 0)
@@ -226,8 +226,7 @@ class ForestProgram:
             out /= v.packed.divisor
         return out + v.packed.base
 
-    def _args(self, x_ptr: int, stride: int, out: np.ndarray, program: np.ndarray,
-              v: _Variant | None = None) -> list:
+    def _args(self, x_ptr: int, stride: int, out: np.ndarray, program: np.ndarray) -> list:
         base = [0] * len(ARGS)
         base[_ARG["X"]], base[_ARG["stride"]] = x_ptr, stride
         base[_ARG["out"]], base[_ARG["out_stride"]] = out.ctypes.data, out.shape[1]
