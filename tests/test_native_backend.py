@@ -263,6 +263,23 @@ def test_single_rows_match_batch():
     np.testing.assert_allclose(single, expected(spec, X[3:4].astype(np.float32)), RTOL, ATOL)
 
 
+def test_float32_method_output_on_every_path():
+    """A method returning float32 (XGBoost's predict_proba) gets the same numbers from the
+    few-rows path, which casts inside the executable, as from the batch path."""
+    forest = random_forest(seed=12, n_trees=40, comparison=Comparison.LT,
+                           input_dtype=np.dtype(np.float32))
+    spec = model_spec(forest, [(Op.LINK, {"kind": Link.SIGMOID}), (Op.BINARY_PROBA, {})])
+    spec = ModelSpec(graph=spec.graph, methods={"predict": MethodSpec("predict", dtype="float32")},
+                     n_features=spec.n_features, source=spec.source)
+    model = compiled(spec)
+    X = edge_rows(forest, n=120).astype(np.float32)
+    want = expected(spec, X).astype(np.float32)
+    rows = np.concatenate([model.predict(X[i:i + 1]) for i in range(len(X))])
+    assert rows.dtype == np.float32
+    np.testing.assert_allclose(rows, model.predict(X), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(rows, want, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("parallel", ["rows", "trees"])
 def test_one_and_two_threads(parallel):
     forest = random_forest(seed=2, n_trees=60, depth=6, n_outputs=2, groups=True)
