@@ -20,7 +20,8 @@ RTOL, ATOL = 1e-5, 1e-6
 
 def _cases():
     out = []
-    for mod in ("cases_sklearn", "cases_xgboost", "cases_lightgbm", "cases_pipeline"):
+    for mod in ("cases_sklearn", "cases_xgboost", "cases_lightgbm", "cases_pipeline",
+                "cases_kernel", "cases_meta", "cases_transformers"):
         try:
             module = importlib.import_module(f"tests.conformance.{mod}")
         except ModuleNotFoundError as exc:  # library not installed, or module not written yet

@@ -20,6 +20,9 @@ _MODULES = (
     ("peregrine.frontends.sklearn_preprocessing", "sklearn"),
     ("peregrine.frontends.sklearn_linear", "sklearn"),
     ("peregrine.frontends.sklearn_models", "sklearn"),
+    ("peregrine.frontends.sklearn_kernel", "sklearn"),
+    ("peregrine.frontends.sklearn_transformers", "sklearn"),
+    ("peregrine.frontends.sklearn_meta", "sklearn"),
     ("peregrine.frontends.xgboost", "xgboost"),
     ("peregrine.frontends.lightgbm", "lightgbm"),
 )

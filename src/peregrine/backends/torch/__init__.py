@@ -3,7 +3,8 @@ op (``ops.py``), tree ensembles by the three Hummingbird strategies (``trees.py`
 ``layout.py``). Importing this package imports torch; the registry reports the backend missing
 when torch is not installed."""
 
-from peregrine.backends.torch import ops_pipeline  # noqa: F401  (registers pipeline ops)
+# each module registers its ops in the lowering table
+from peregrine.backends.torch import ops_kernel, ops_meta, ops_pipeline, ops_transformers  # noqa: F401
 from peregrine.backends.torch.module import GraphProgram, TorchBackend, TorchExecutable
 from peregrine.backends.torch.ops import LINKS, LOWERINGS, lower_node
 from peregrine.backends.torch.trees import STRATEGY_MODULES
