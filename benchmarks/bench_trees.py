@@ -42,6 +42,7 @@ class Result:
     times: dict[str, float] = field(default_factory=dict)  # batch label -> seconds per run
     max_diff: float | None = None
     load: float | None = None  # 1-minute load average when the system's timing started
+    peak_mb: float | None = None  # resident memory a first 100K-row call adds at its peak
     note: str = ""
 
 
@@ -222,6 +223,28 @@ def _model_hash(model) -> str:
 
 
 # ------------------------------------------------------------------------------- timing --
+def _proc_kib(field_name: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    raise OSError(f"{field_name} not in /proc/self/status")
+
+
+def peak_call_mb(fn, X) -> float | None:
+    """Resident memory one call adds at its peak, C/C++ allocations included (tracemalloc sees
+    only Python's): reset the process's high-water mark (Linux: ``clear_refs`` 5), call, and
+    subtract the resident size before the call. None where /proc does not offer that."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = _proc_kib("VmRSS")
+        fn(X)
+        return (_proc_kib("VmHWM") - before) / 1024
+    except OSError:
+        return None
+
+
 def best_time(fn, X, repeat: int, budget_s: float = 20.0) -> float:
     """Fastest of ``repeat`` runs: on a shared machine, other processes only ever add time."""
     fn(X)
@@ -334,6 +357,8 @@ def _measure(label, model, X, want, args, cache: str, kernels: str) -> dict:
         r.note = f"large batch not timed (~{r.times['1K'] * args.rows / 1000:.0f} s a run)"
         r.times["100K"] = float("nan")
     else:
+        # the first large call: buffers a system keeps between calls count once, here
+        r.peak_mb = peak_call_mb(fn, X[: args.rows])
         r.times["100K"] = best_time(fn, X[: args.rows], args.repeat)
     return vars(r)  # a plain dict crosses the process boundary
 
@@ -390,11 +415,11 @@ def markdown(all_results: dict, args, meta: dict) -> str:
         lines += [f"### {TITLES[name]}", "",
                   "| system | compile s | batch 1 us/call | 1K rows ms | 100K rows ms "
                   "| ns/(row·tree) 100K | native speedup 100K | native speedup 1K "
-                  "| native speedup batch 1 | max abs diff | load |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| native speedup batch 1 | peak MB 100K | max abs diff | load |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in results:
             if not r.times:
-                lines.append(f"| {r.system} | {r.note} |" + " |" * 9)
+                lines.append(f"| {r.system} | {r.note} |" + " |" * 10)
                 continue
             t = r.times
             ratio = {k: (t[k] / native.times[k]) if native else float("nan") for k in t}
@@ -402,10 +427,14 @@ def markdown(all_results: dict, args, meta: dict) -> str:
                 f"| {r.system} | {r.compile_s:.2f} | {t['1'] * 1e6:.1f} | {t['1K'] * 1e3:.2f} "
                 f"| {t['100K'] * 1e3:.1f} | {t['100K'] / args.rows / trees * 1e9:.2f} "
                 f"| {ratio['100K']:.1f}x | {ratio['1K']:.1f}x | {ratio['1']:.1f}x "
-                f"| {r.max_diff:.1e} | {r.load:.1f} |" + (f" {r.note}" if r.note else ""))
+                f"| {_mb(r.peak_mb)} | {r.max_diff:.1e} | {r.load:.1f} |" + (f" {r.note}" if r.note else ""))
         lines.append("")
     lines += ["### Targets", ""] + targets(all_results) + [""]
     return "\n".join(lines)
+
+
+def _mb(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}"
 
 
 TITLES = {"xgboost": "XGBoost, 500 trees, max_depth 8",
@@ -440,6 +469,11 @@ def targets(all_results: dict) -> list[str]:
     b1 = n("xgboost", "1")
     check("XGBoost batch 1: native us per predict_proba call", b1 * 1e6 if b1 else None, 5,
           higher=False)
+    for model, title in (("xgboost", "XGBoost"), ("lightgbm", "LightGBM"), ("rf", "RF")):
+        lib, nat_r = get(model, "library", None), get(model, "peregrine-native", None)
+        if lib and nat_r and lib.peak_mb is not None and nat_r.peak_mb is not None:
+            check(f"{title} 100K: native peak MB minus the library's (first call)",
+                  nat_r.peak_mb - lib.peak_mb, 0, higher=False)
     nat = get("xgboost", "peregrine-native", None)
     check("XGBoost: native compile seconds (cold kernel cache)", nat.compile_s if nat else None,
           3, higher=False)

@@ -4,6 +4,7 @@ new module that subclasses Backend and registers it (see backends/__init__.py)."
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,6 +23,12 @@ class Executable(ABC):
     @abstractmethod
     def explain(self) -> dict[str, Any]:
         """What was chosen (strategy, schedule, dtypes) and why."""
+
+    def runner(self, output: str) -> Callable[[np.ndarray], np.ndarray] | None:
+        """Optional fast path: ``X -> value of output`` for a validated 2-D float32/float64
+        numpy array, with no per-call planning. None (the default) when the backend has none
+        for this output; ``CompiledModel`` then calls :meth:`run`."""
+        return None
 
     def to(self, device: str) -> Executable:
         raise NotImplementedError(f"{type(self).__name__} cannot move to device {device!r}")

@@ -32,12 +32,28 @@ class _Method:
                 f"{obj.spec.source} has no {self.name}(); available: {', '.join(obj.methods)}"
             )
 
-        def call(X: Any) -> np.ndarray:
-            return obj._call(self.name, X)
+        name = self.name
 
-        call.__name__ = self.name
+        def call(X: Any) -> np.ndarray:
+            fast = obj._fast.get(name)
+            if fast is None:
+                fast = obj._fast[name] = obj._fast_path(name)
+            # the online case, checked inline: a 2-D float32/float64 array of the right width
+            if (fast is not False and type(X) is np.ndarray and X.ndim == 2
+                    and X.dtype.num in _FLOAT_NUMS and X.shape[1] == obj._n_features
+                    and X.shape[0]):
+                return fast(X)
+            return obj._call(name, X)
+
+        call.__name__ = name
         call.__doc__ = self.__doc__
+        # cached on the instance (this descriptor defines no __set__, so the instance dict wins
+        # on the next lookup): no new closure per ``model.predict`` attribute access
+        obj.__dict__[name] = call
         return call
+
+
+_FLOAT_NUMS = frozenset({np.dtype(np.float32).num, np.dtype(np.float64).num})
 
 
 class CompiledModel:
@@ -56,6 +72,8 @@ class CompiledModel:
         self.content_hash = content_hash
         self._exec = executable
         self._device = device
+        self._n_features = spec.n_features
+        self._fast: dict[str, Any] = {}  # method -> online fast path, or False for none
 
     # ------------------------------------------------------------------ public surface --
     @property
@@ -109,6 +127,7 @@ class CompiledModel:
         """Move to another device (tensor backends). Returns self for chaining."""
         self._exec = self._exec.to(device)
         self._device = device
+        self._fast.clear()
         return self
 
     def save(self, path: str | os.PathLike) -> str:
@@ -130,6 +149,33 @@ class CompiledModel:
                 f"device={self._device!r}, methods={list(self.methods)})")
 
     # ---------------------------------------------------------------------- internals --
+    def _fast_path(self, name: str) -> Any:
+        """``X -> result`` for an input ``prepare_input`` would pass through unchanged (a 2-D
+        float32/float64 array of the right width, the caller checks that): what ``_call`` does,
+        minus its generic steps, so one row costs the kernel and little else. False when this
+        model or method needs the generic path (value checks, flagged rows, no backend
+        runner)."""
+        spec, method = self.spec, self.spec.methods[name]
+        if spec.input_checks or (self.options.validate_input
+                                 and not (spec.allow_nan and spec.allow_inf)):
+            return False
+        run = self._exec.runner(method.output)
+        if run is None:
+            return False
+        labels = method.labels
+        if labels is not None:
+            return lambda X: labels[run(X).reshape(-1)]
+        squeeze, dtype = method.squeeze, method.dtype
+        if dtype == "input":
+            if squeeze:
+                return lambda X: run(X).reshape(-1).astype(X.dtype, copy=False)
+            return lambda X: run(X).astype(X.dtype, copy=False)
+        if squeeze:
+            return lambda X: run(X).reshape(-1).astype(dtype, copy=False)
+        if getattr(run, "dtype", None) == np.dtype(dtype):
+            return run  # the runner already returns what the method does
+        return lambda X: run(X).astype(dtype, copy=False)
+
     def _call(self, name: str, X: Any) -> np.ndarray:
         method = self.spec.methods[name]
         keep_tensor = getattr(self._exec, "accepts_tensors", False)

@@ -275,9 +275,11 @@ class ForestProgram:
                     return out.copy() if f64 else out.astype(out_dtype)
                 finally:
                     lock.release()
-            return fallback(X)
+            out = fallback(X)
+            return out if f64 else out.astype(out_dtype)
 
         call.slots = slots  # keeps the buffers the cached pointers point into
+        call.dtype = np.dtype(out_dtype)  # what every call returns (CompiledModel skips a cast)
         return call
 
     def _few_rows(self, X: np.ndarray, program: np.ndarray, width: int) -> np.ndarray:
@@ -385,10 +387,33 @@ class NativeExecutable(Executable):
             plan.append(_Fused(node, chain, cur.name, enc[0], enc[1]))
         return plan
 
-    def run(self, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
-        direct = self._direct.get(outputs)
-        if direct is not None and type(X) is np.ndarray:
-            return {outputs[0]: direct(X)}  # input -> forest and its fused ops, nothing else
+    def runner(self, output: str) -> Any:
+        """The online path for an output computed from one forest of the input: the forest
+        and its fused ops through the few-rows kernel, then any remaining ops (argmax, ...)
+        as their NumPy rules, without ``run``'s per-call planning."""
+        plan = self._plan_for((output,))
+        direct = self._direct.get((output,))
+        if direct is not None:
+            return direct
+        if len(plan) < 3 or plan[0].op is not Op.INPUT or not isinstance(plan[1], _Fused):
+            return None
+        step, rest, result = plan[1], plan[2:], self.spec.graph.outputs[output]
+        if any(isinstance(n, _Fused) for n in rest):
+            return None
+        first = self.programs[step.tree.name].caller(
+            step.program, step.width, lambda X: self._forest(step, X))
+        x_name, end, options = plan[0].name, step.end, self.options
+
+        def run(X: np.ndarray) -> np.ndarray:
+            values = {x_name: X, end: first(X)}
+            for node in rest:
+                values[node.name] = RULES[node.op](node, [values[i] for i in node.inputs],
+                                                   options)
+            return values[result]
+
+        return run
+
+    def _plan_for(self, outputs: tuple[str, ...]) -> list:
         plan = self._plans.get(outputs)
         if plan is None:
             plan = self._plans[outputs] = self._plan(outputs)
@@ -398,6 +423,13 @@ class NativeExecutable(Executable):
                 self._direct[outputs] = prog.caller(
                     step.program, step.width, lambda X, s=step: self._forest(s, X),
                     self._method_dtype(outputs[0]))
+        return plan
+
+    def run(self, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
+        direct = self._direct.get(outputs)
+        if direct is not None and type(X) is np.ndarray:
+            return {outputs[0]: direct(X)}  # input -> forest and its fused ops, nothing else
+        plan = self._plan_for(outputs)
         if not isinstance(X, np.ndarray):
             X = X.detach().cpu().numpy()  # a torch tensor handed to a CPU backend
         values: dict[str, Any] = {}
@@ -416,7 +448,7 @@ class NativeExecutable(Executable):
         """The float dtype the public method returning ``output`` casts to (float64 when
         methods disagree or the method returns labels)."""
         dtypes = {np.dtype(m.dtype) for m in self.spec.methods.values()
-                  if m.output == output and m.labels is None}
+                  if m.output == output and m.labels is None and m.dtype != "input"}
         return dtypes.pop() if len(dtypes) == 1 and next(iter(dtypes)).kind == "f" else FLOAT64
 
     def _forest(self, step: _Fused, X: np.ndarray) -> np.ndarray:

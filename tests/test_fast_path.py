@@ -1,0 +1,94 @@
+"""The online fast path of ``CompiledModel`` (a 2-D float array of the right width skips the
+generic input preparation): same answers, dtypes and errors as the generic path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import peregrine
+from peregrine.errors import InputError
+
+pytest.importorskip("llvmlite")
+sklearn_ensemble = pytest.importorskip("sklearn.ensemble")
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(400, 6))
+    X[::11, 2] = np.nan
+    y = (np.nan_to_num(X[:, 0]) + X[:, 1] > 0).astype(int) + (X[:, 3] > 1)
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def models(data):
+    X, y = data
+    clf = sklearn_ensemble.HistGradientBoostingClassifier(max_iter=20, random_state=0).fit(X, y)
+    reg = sklearn_ensemble.HistGradientBoostingRegressor(max_iter=20, random_state=0).fit(X, y)
+    return clf, reg
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [1, 3, 257])
+def test_fast_path_matches_source(models, data, dtype, rows):
+    clf, reg = models
+    X = data[0][:rows].astype(dtype)
+    for model in (clf, reg):
+        cm = peregrine.compile(model, "native")
+        for name in cm.methods:
+            got = getattr(cm, name)(X)
+            want = getattr(model, name)(X)
+            assert got.shape == want.shape and got.dtype == want.dtype, name
+            if want.dtype.kind == "f":
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+            else:
+                np.testing.assert_array_equal(got, want, err_msg=name)
+            # the fast path was taken (a callable cached for the method, not False)
+            assert cm._fast.get(name) not in (None, False), name
+
+
+def test_fast_path_same_as_generic_path(models, data):
+    clf, _ = models
+    cm = peregrine.compile(clf, "native")
+    X = data[0][:50]
+    for name in cm.methods:
+        fast = getattr(cm, name)(X)
+        generic = cm._call(name, X)
+        np.testing.assert_array_equal(fast, generic)
+    # non-contiguous views and Fortran order go through it too, with the same answers
+    Xf = np.asfortranarray(data[0][:50])
+    np.testing.assert_array_equal(cm.predict_proba(Xf), cm._call("predict_proba", X))
+    wide = np.hstack([data[0][:50], data[0][:50]])[:, ::2]
+    np.testing.assert_array_equal(cm.predict_proba(wide),
+                                  cm._call("predict_proba", np.ascontiguousarray(wide)))
+
+
+def test_fast_path_errors_are_the_generic_ones(models, data):
+    clf, _ = models
+    cm = peregrine.compile(clf, "native")
+    cm.predict(data[0][:1])  # fast path built
+    with pytest.raises(InputError, match="features"):
+        cm.predict(data[0][:2, :5])
+    with pytest.raises(InputError, match="0 rows"):
+        cm.predict(data[0][:0])
+    with pytest.raises(InputError, match="2-D"):
+        cm.predict(data[0][0])
+    # other input types still take the generic path
+    assert cm.predict(data[0][:2].tolist()).tolist() == clf.predict(data[0][:2]).tolist()
+
+
+def test_models_that_reject_infinity_keep_checking(data):
+    from sklearn.ensemble import RandomForestClassifier
+
+    X, y = data
+    X = np.nan_to_num(X)
+    rf = RandomForestClassifier(n_estimators=5, max_depth=3, random_state=0).fit(X, y)
+    cm = peregrine.compile(rf, "native")
+    bad = X[:2].copy()
+    bad[1, 4] = np.inf
+    if not cm.spec.allow_inf:
+        with pytest.raises(InputError, match="infinity"):
+            cm.predict(bad)
+        assert cm._fast["predict"] is False
