@@ -393,3 +393,61 @@ def test_tuner_heuristic_and_measured_decision_cache(tmp_path, monkeypatch):
     assert "measured" in first.why
     again = native_schedule.choose_schedule(shallow, options, target, 1)
     assert "cached" in again.why and again.schedule == first.schedule
+
+
+def test_load_reuses_the_saved_schedule(tmp_path, monkeypatch):
+    """A loaded artifact runs the schedule it was saved with (no re-derivation or tuning), on
+    the CPU it was saved on; on another CPU the schedule is derived afresh."""
+    monkeypatch.setenv("PEREGRINE_CACHE_DIR", str(tmp_path / "cache"))
+    forest = random_forest(seed=5)
+    spec = model_spec(forest)
+    model = compiled(spec, batch_size=300)  # a measured choice
+    path = tmp_path / "model.peregrine"
+    model.save(path)
+    monkeypatch.setenv("PEREGRINE_CACHE_DIR", str(tmp_path / "empty"))  # no cached decision
+    monkeypatch.setattr(native_schedule, "measure", lambda *a, **k: pytest.fail("tuned"))
+    loaded = peregrine.load(path)
+    name = next(iter(loaded._exec.programs))
+    assert loaded._exec.programs[name].schedule == model._exec.programs[name].schedule
+    assert "stored in the artifact" in loaded._exec.reasons[name]
+    X = edge_rows(forest)
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    # another CPU: the stored choice does not apply
+    from peregrine.backends.native import _saved_choices
+
+    state = model._exec.artifact_state()
+    state["target"]["cpu"] = "some-other-cpu"
+    assert _saved_choices(state, jit.Target.host()) == {}
+    bad = model._exec.artifact_state()
+    bad["forests"][name]["schedule"] = {"bogus": 1}
+    with pytest.raises(peregrine.ArtifactError, match="schedule"):
+        _saved_choices(bad, jit.Target.host())
+
+
+def test_tuner_measures_on_the_users_sample(tmp_path, monkeypatch):
+    monkeypatch.setenv("PEREGRINE_CACHE_DIR", str(tmp_path))
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 5)) * 10 + 3
+    y = (X[:, 0] > 3).astype(int)
+    pipe = make_pipeline(StandardScaler(), RandomForestClassifier(
+        n_estimators=8, max_depth=4, random_state=0)).fit(X, y)
+    seen = []
+    real = native_schedule.measure
+
+    def spy(forest, choices, batch, options, target, threads, rows=None):
+        seen.append(rows)
+        return real(forest, choices, batch, options, target, threads, rows)
+
+    monkeypatch.setattr(native_schedule, "measure", spy)
+    model = peregrine.compile(pipe, "native", sample_input=X[:40])
+    assert len(seen) == 1 and seen[0].shape == (40, 5)
+    # the forest's rows are the scaled sample (the pipeline's scaler ran first)
+    np.testing.assert_allclose(seen[0], pipe[0].transform(X[:40]), rtol=1e-12)
+    assert "the sample's rows" in model.explain()
+    np.testing.assert_array_equal(model.predict(X), pipe.predict(X))
+    with pytest.raises(peregrine.InputError, match="0 rows"):
+        peregrine.compile(pipe, "native", sample_input=X[:0])

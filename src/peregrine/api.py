@@ -6,8 +6,10 @@ import dataclasses
 import os
 from typing import Any
 
+import numpy as np
+
 from peregrine.backends import get_backend, resolve_auto
-from peregrine.errors import ArtifactError, UnsupportedModelError
+from peregrine.errors import ArtifactError, InputError, UnsupportedModelError
 from peregrine.frontends import FRONTENDS, convert, load_all
 from peregrine.options import CompileOptions
 from peregrine.passes import run_passes
@@ -48,17 +50,23 @@ def compile(  # noqa: A001 - the public name users expect
     spec = dataclasses.replace(spec, graph=run_passes(spec.graph))
     if backend == "auto":
         backend = resolve_auto()
-    if sample_input is not None and options.batch_size is None:
+    rows = None
+    if sample_input is not None:
         from peregrine.runtime.inputs import prepare_input
 
         rows = prepare_input(sample_input, spec, check=False)
-        options = options.replace(batch_size=max(1, int(rows.shape[0])))
+        if rows.shape[0] == 0:
+            raise InputError("sample_input has 0 rows")
+        if options.batch_size is None:
+            options = options.replace(batch_size=int(rows.shape[0]))
     devices = get_backend(backend).devices
     if device.split(":")[0] not in devices:
         raise UnsupportedModelError(
             f"backend {backend!r} runs on {', '.join(devices)}, not on {device!r}"
         )
-    return build(spec, backend, options, device)
+    if rows is not None and not isinstance(rows, np.ndarray):  # a tensor kept as one
+        rows = rows.detach().cpu().numpy()
+    return build(spec, backend, options, device, sample=rows)
 
 
 def load(path: str | os.PathLike, *, backend: str | None = None,
@@ -76,8 +84,12 @@ def load(path: str | os.PathLike, *, backend: str | None = None,
         options = CompileOptions.from_json(body["options"])
     except (KeyError, ValueError, TypeError) as exc:
         raise ArtifactError(f"{path}: stored options are invalid ({exc})") from exc
-    return build(spec, backend or body["backend"], options, device or body["device"],
-                 content_hash)
+    chosen = backend or body["backend"]
+    # the saved program's choices (e.g. native schedules) apply to the backend that made them
+    saved = body.get("backend_state") if chosen == body["backend"] else None
+    if saved is not None and not isinstance(saved, dict):
+        raise ArtifactError(f"{path}: stored backend state is not an object")
+    return build(spec, chosen, options, device or body["device"], content_hash, saved=saved)
 
 
 def supported_models() -> list[dict[str, Any]]:

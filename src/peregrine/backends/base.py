@@ -51,3 +51,13 @@ class Backend(ABC):
     @classmethod
     @abstractmethod
     def compile(cls, spec: ModelSpec, options: CompileOptions, device: str) -> Executable: ...
+
+    @classmethod
+    def build(cls, spec: ModelSpec, options: CompileOptions, device: str, *,
+              sample: np.ndarray | None = None,
+              saved: dict[str, Any] | None = None) -> Executable:
+        """``compile`` with what the runtime may know besides the model: ``sample``, rows at
+        the model's input (validated, 2-D) to tune on; ``saved``, the backend state a loaded
+        artifact recorded (its ``artifact_state()``) to rebuild the same program. Backends
+        that use neither keep this default."""
+        return cls.compile(spec, options, device)

@@ -219,8 +219,9 @@ class CompiledModel:
 
 
 def build(spec: ModelSpec, backend: str, options: CompileOptions, device: str,
-          content_hash: str | None = None) -> CompiledModel:
-    executable = get_backend(backend).compile(spec, options, device)
+          content_hash: str | None = None, *, sample: np.ndarray | None = None,
+          saved: dict[str, Any] | None = None) -> CompiledModel:
+    executable = get_backend(backend).build(spec, options, device, sample=sample, saved=saved)
     return CompiledModel(spec, backend, executable, options, device, content_hash)
 
 

@@ -104,28 +104,41 @@ def candidates(base: Choice, batch: int) -> list[Choice]:
 
 
 def choose_schedule(forest: Forest, options: CompileOptions, target: Any,
-                    threads: int) -> Choice:
+                    threads: int, sample: np.ndarray | None = None) -> Choice:
+    """``sample``: the user's rows as the forest reads them (``compile(sample_input=...)``);
+    candidates are measured on them rather than on synthetic rows."""
     base = heuristic(forest, target, options.batch_size)
     batch = options.batch_size
     if batch is None or os.environ.get("PEREGRINE_NO_TUNE"):
         return base
-    key = _key(forest, batch, threads, target)
+    rows = None
+    if sample is not None and sample.ndim == 2 and sample.shape[0]:
+        n = min(batch, MEASURE_MAX_ROWS)
+        # as many rows as the batch the user will run, repeating the sample if it is smaller
+        rows = np.ascontiguousarray(sample[np.arange(n) % sample.shape[0]])
+    digest = None if rows is None else hashlib.sha256(rows.tobytes()).hexdigest()[:12]
+    key = _key(forest, batch, threads, target, digest)
     cached = _load_decision(key)
     if cached is not None:
         return cached
-    best, timings = measure(forest, candidates(base, batch), batch, options, target, threads)
+    best, timings = measure(forest, candidates(base, batch), batch, options, target, threads,
+                            rows)
     shown = ", ".join(f"{t * 1e6:.1f} us" for t in timings)
+    on = "the sample's" if rows is not None else "synthetic"
     choice = Choice(best.schedule, best.few_rows, best.few_rows_max,
-                    f"{base.why}; measured {len(timings)} candidates on {batch} rows ({shown})")
+                    f"{base.why}; measured {len(timings)} candidates on {batch} {on} rows "
+                    f"({shown})")
     _store_decision(key, choice)
     return choice
 
 
 def measure(forest: Forest, choices: list[Choice], batch: int, options: CompileOptions,
-            target: Any, threads: int) -> tuple[Choice, list[float]]:
+            target: Any, threads: int, rows: np.ndarray | None = None
+            ) -> tuple[Choice, list[float]]:
     from peregrine.backends.native.executable import ForestProgram
 
-    rows = synthetic_rows(forest, min(batch, MEASURE_MAX_ROWS))
+    if rows is None:
+        rows = synthetic_rows(forest, min(batch, MEASURE_MAX_ROWS))
     program = np.zeros(1)  # an empty epilogue: only the trees are timed
     timings = []
     for c in choices:
@@ -162,12 +175,15 @@ def synthetic_rows(forest: Forest, n: int, seed: int = 0) -> np.ndarray:
     return X
 
 
-def _key(forest: Forest, batch: int, threads: int, target: Any) -> str:
+def _key(forest: Forest, batch: int, threads: int, target: Any,
+         sample: str | None = None) -> str:
     depths = forest.tree_depths()
     shape = [forest.n_trees, int(depths.max(initial=0)), round(float(depths.mean() or 0), 1),
              forest.n_features, forest.n_outputs, forest.value_width,
              forest.has_categorical, forest.has_missing_zero, batch, threads,
              target.cpu, target.features]
+    if sample is not None:  # measured on the user's rows: a decision of its own
+        shape.append(sample)
     return hashlib.sha256(json.dumps(shape, default=str).encode()).hexdigest()[:24]
 
 

@@ -10,7 +10,9 @@ names one.
 from __future__ import annotations
 
 import importlib.util
-from typing import ClassVar
+from typing import Any, ClassVar
+
+import numpy as np
 
 from peregrine.backends.base import Backend, Executable
 from peregrine.backends.native.schedule import (
@@ -21,7 +23,7 @@ from peregrine.backends.native.schedule import (
     Schedule,
     as_schedule,
 )
-from peregrine.errors import UnsupportedModelError
+from peregrine.errors import ArtifactError, UnsupportedModelError
 from peregrine.frontends.base import ModelSpec
 from peregrine.ir import Op
 from peregrine.options import CompileOptions
@@ -42,9 +44,23 @@ class NativeBackend(Backend):
             raise UnsupportedModelError(f"native backend runs on the CPU, not on {device!r}")
         return compile_spec(spec, options)
 
+    @classmethod
+    def build(cls, spec: ModelSpec, options: CompileOptions, device: str, *,
+              sample: np.ndarray | None = None, saved: dict[str, Any] | None = None
+              ) -> Executable:
+        if device.split(":")[0] != "cpu":
+            raise UnsupportedModelError(f"native backend runs on the CPU, not on {device!r}")
+        return compile_spec(spec, options, sample=sample, saved=saved)
 
-def compile_spec(spec: ModelSpec, options: CompileOptions, target=None) -> Executable:
-    """Build the executable; ``target`` (a ``jit.Target``) defaults to the host CPU."""
+
+def compile_spec(spec: ModelSpec, options: CompileOptions, target=None, *,
+                 sample: np.ndarray | None = None,
+                 saved: dict[str, Any] | None = None) -> Executable:
+    """Build the executable; ``target`` (a ``jit.Target``) defaults to the host CPU.
+    ``sample``: rows at the model's input, measured on when the schedule is tuned.
+    ``saved``: an artifact's ``artifact_state()``; its schedules are reused when it was made
+    for this CPU (same name and features), so a loaded model runs the kernels it was saved
+    with, without tuning again."""
     from peregrine.backends.native import jit
     from peregrine.backends.native.executable import (
         ForestProgram,
@@ -59,6 +75,7 @@ def compile_spec(spec: ModelSpec, options: CompileOptions, target=None) -> Execu
     except (TypeError, ValueError) as exc:
         raise UnsupportedModelError(f"CompileOptions.schedule: {exc}") from exc
     threads = default_threads(options)
+    stored = _saved_choices(saved, target)
     programs, reasons = {}, {}
     for node in spec.graph.nodes:
         if node.op is not Op.TREE_ENSEMBLE:
@@ -66,14 +83,53 @@ def compile_spec(spec: ModelSpec, options: CompileOptions, target=None) -> Execu
         forest = node.attrs["forest"]
         if requested is not None:
             choice = Choice(requested, None, 0, "set by CompileOptions.schedule")
+        elif node.name in stored:
+            choice = stored[node.name]
         else:
-            choice = choose_schedule(forest, options, target, threads)
+            rows = None if sample is None else _rows_at(spec, node, sample, options)
+            choice = choose_schedule(forest, options, target, threads, sample=rows)
         prog = ForestProgram(forest, choice.schedule, precision=options.precision,
                              target=target, n_threads=threads, small=choice.few_rows,
                              small_rows=choice.few_rows_max)
         prog.prepare()  # every kernel now (or from the disk cache), not on the first call
         programs[node.name], reasons[node.name] = prog, choice.why
     return NativeExecutable(spec, options, programs, reasons, target)
+
+
+def _saved_choices(saved: dict[str, Any] | None, target) -> dict[str, Any]:
+    """Forest node -> the schedule choice an artifact recorded, when made for this CPU."""
+    from peregrine.tune.native_schedule import Choice
+
+    if not saved:
+        return {}
+    where = saved.get("target") or {}
+    if where.get("cpu") != target.cpu or where.get("features") != target.features:
+        return {}  # another CPU: its vector width and ISA may not suit this one; re-derive
+    out = {}
+    try:
+        for name, state in (saved.get("forests") or {}).items():
+            few = state.get("few_rows_schedule")
+            out[name] = Choice(Schedule.from_json(state["schedule"]),
+                               None if few is None else Schedule.from_json(few),
+                               int(state.get("few_rows", 0)),
+                               "schedule stored in the artifact (saved on this CPU)")
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ArtifactError(f"artifact's native schedule is invalid: {exc}") from exc
+    return out
+
+
+def _rows_at(spec: ModelSpec, node: Any, sample: np.ndarray, options: CompileOptions):
+    """The sample's rows as the forest ``node`` reads them (after the ops before it)."""
+    from peregrine.backends.reference import RULES
+
+    graph = spec.graph
+    values: dict[str, Any] = {}
+    for n in graph.toposort():
+        if n.name == node.name:
+            return np.asarray(values[node.inputs[0]])
+        values[n.name] = sample if n.op is Op.INPUT else RULES[n.op](
+            n, [values[i] for i in n.inputs], options)
+    return None
 
 
 __all__ = ["Lanes", "Layout", "LoopOrder", "NativeBackend", "Parallel", "Schedule", "compile_spec"]
