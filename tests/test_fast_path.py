@@ -92,3 +92,24 @@ def test_models_that_reject_infinity_keep_checking(data):
         with pytest.raises(InputError, match="infinity"):
             cm.predict(bad)
         assert cm._fast["predict"] is False
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_float32_results_in_row_chunks(threads):
+    """XGBoost returns float32: large batches go through the chunked narrow path (several
+    chunks per thread here) and must equal the library and the one-row path."""
+    xgb = pytest.importorskip("xgboost")
+    from peregrine.backends.native.executable import NARROW_CHUNK
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(3 * NARROW_CHUNK + 17, 8)).astype(np.float32)
+    X[::13, 3] = np.nan
+    y = (np.nan_to_num(X[:, 0]) + X[:, 1] > 0).astype(int)
+    model = xgb.XGBClassifier(n_estimators=30, max_depth=4, n_jobs=1).fit(X[:2000], y[:2000])
+    cm = peregrine.compile(model, "native", options=peregrine.CompileOptions(n_threads=threads))
+    got = cm.predict_proba(X)
+    want = model.predict_proba(X)
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got[5:6], cm.predict_proba(X[5:6]))
+    np.testing.assert_array_equal(cm.predict(X), model.predict(X))

@@ -19,7 +19,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,10 @@ KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 # Below this many (row, tree) pairs a thread hand-off (tens of microseconds) costs more than it
 # saves: one walk is a few nanoseconds.
 PARALLEL_MIN_WORK = 1 << 17
+# Rows per chunk when the result is float32: a multiple of the heuristic's row blocks (16 or 8
+# lanes x 6 or 8 walks; another block size only ends a chunk on a masked partial block), and
+# 72 KiB of float64 per thread for two outputs, in L2 between the kernel and the rounding.
+NARROW_CHUNK = 4608
 INPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 FLOAT64 = np.dtype(np.float64)
 _ARG = {name: i for i, name in enumerate(ARGS)}
@@ -162,10 +166,11 @@ class ForestProgram:
 
     # ------------------------------------------------------------------------ calling --
     def __call__(self, X: np.ndarray, program: np.ndarray, width: int,
-                 n_threads: int | None = None) -> np.ndarray | None:
-        """Ensemble output after the fused ``program``: (rows, width) float64. Returns None
-        when this call ran over tree ranges in parallel: the caller then gets raw sums from
-        :meth:`raw` instead and applies the epilogue ops as NumPy rules."""
+                 n_threads: int | None = None,
+                 out_dtype: np.dtype = FLOAT64) -> np.ndarray | None:
+        """Ensemble output after the fused ``program``: (rows, width) in ``out_dtype``. Returns
+        None when this call ran over tree ranges in parallel: the caller then gets raw sums
+        from :meth:`raw` instead and applies the epilogue ops as NumPy rules."""
         n = X.shape[0]
         if X.ndim != 2 or X.shape[1] < self.n_features:
             raise InputError(f"forest reads {self.n_features} features, input has shape "
@@ -178,28 +183,52 @@ class ForestProgram:
         if X.strides[1] != X.itemsize or X.strides[0] % X.itemsize or X.strides[0] < 0:
             X = np.ascontiguousarray(X)
         threads = self.n_threads if n_threads is None else max(1, n_threads)
-        out = np.empty((n, max(width, self.n_outputs)), np.float64)
+        out_dtype = np.dtype(out_dtype)
         if n == 0:
-            return out[:, :width]
+            return np.empty((0, width), out_dtype)
         if self.n_trees == 0:
             return None
         v = self.variant(cmp)
         stride = X.strides[0] // X.itemsize if n > 1 else X.shape[1]
-        base = self._args(X.ctypes.data, stride, out, program)
         block = self.schedule.block_rows
-        if threads == 1 or n * self.n_trees < PARALLEL_MIN_WORK:
-            self._run(v, base, 0, n, 0, self.n_trees, 1)
-        elif self.schedule.parallel is Parallel.TREES or n < 2 * block:
+        parallel = threads > 1 and n * self.n_trees >= PARALLEL_MIN_WORK
+        if parallel and (self.schedule.parallel is Parallel.TREES or n < 2 * block):
             return None
+        if out_dtype == FLOAT64:  # the kernel writes the result itself
+            out = np.empty((n, max(width, self.n_outputs)), np.float64)
+            run = partial(self._run_rows, v, self._args(X.ctypes.data, stride, out, program))
+        else:  # float32 result: row chunks through a small float64 buffer, then rounded
+            out = np.empty((n, width), out_dtype)
+            run = partial(self._run_narrow, v, X, stride, program, out)
+        if not parallel:
+            run(0, n)
         else:
             chunk = -(-n // threads)
             chunk = -(-chunk // block) * block  # whole SIMD blocks per thread
-            jobs = [_pool(threads).submit(self._run, v, base, s, min(s + chunk, n), 0,
-                                          self.n_trees, 1) for s in range(chunk, n, chunk)]
-            self._run(v, base, 0, min(chunk, n), 0, self.n_trees, 1)
+            jobs = [_pool(threads).submit(run, s, min(s + chunk, n))
+                    for s in range(chunk, n, chunk)]
+            run(0, min(chunk, n))
             for j in jobs:
                 j.result()
         return out[:, :width] if out.shape[1] != width else out
+
+    def _run_rows(self, v: _Variant, base: list, rb: int, re: int) -> None:
+        self._run(v, base, rb, re, 0, self.n_trees, 1)
+
+    def _run_narrow(self, v: _Variant, X: np.ndarray, stride: int, program: np.ndarray,
+                    out: np.ndarray, rb: int, re: int) -> None:
+        """Rows [rb, re) into a narrower ``out`` (float32): the kernel writes float64, so each
+        chunk goes through a buffer of NARROW_CHUNK rows and is rounded as NumPy's astype
+        rounds. Peak memory is then the result plus one buffer per thread, not the result in
+        float64 as well (the libraries return float32 without a float64 copy)."""
+        width = out.shape[1]
+        buf = np.empty((min(NARROW_CHUNK, re - rb), max(width, self.n_outputs)), np.float64)
+        for s in range(rb, re, NARROW_CHUNK):
+            e = min(s + NARROW_CHUNK, re)
+            # the chunk's rows start at its own first row: the kernel indexes out by row
+            base = self._args(X.ctypes.data + s * stride * X.itemsize, stride, buf, program)
+            self._run(v, base, 0, e - s, 0, self.n_trees, 1)
+            out[s:e] = buf[:e - s, :width]
 
     def raw(self, X: np.ndarray, n_threads: int | None = None) -> np.ndarray:
         """sum / divisor + base without the epilogue, trees split over threads (Treebeard's
@@ -275,8 +304,7 @@ class ForestProgram:
                     return out.copy() if f64 else out.astype(out_dtype)
                 finally:
                     lock.release()
-            out = fallback(X)
-            return out if f64 else out.astype(out_dtype)
+            return fallback(X).astype(out_dtype, copy=False)
 
         call.slots = slots  # keeps the buffers the cached pointers point into
         call.dtype = np.dtype(out_dtype)  # what every call returns (CompiledModel skips a cast)
@@ -420,9 +448,10 @@ class NativeExecutable(Executable):
             if len(plan) == 2 and len(outputs) == 1 and isinstance(plan[1], _Fused):
                 step = plan[1]
                 prog = self.programs[step.tree.name]
+                dtype = self._method_dtype(outputs[0])
                 self._direct[outputs] = prog.caller(
-                    step.program, step.width, lambda X, s=step: self._forest(s, X),
-                    self._method_dtype(outputs[0]))
+                    step.program, step.width, lambda X, s=step, d=dtype: self._forest(s, X, d),
+                    dtype)
         return plan
 
     def run(self, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -451,15 +480,16 @@ class NativeExecutable(Executable):
                   if m.output == output and m.labels is None and m.dtype != "input"}
         return dtypes.pop() if len(dtypes) == 1 and next(iter(dtypes)).kind == "f" else FLOAT64
 
-    def _forest(self, step: _Fused, X: np.ndarray) -> np.ndarray:
+    def _forest(self, step: _Fused, X: np.ndarray, out_dtype: np.dtype = FLOAT64
+                ) -> np.ndarray:
         prog = self.programs[step.tree.name]
-        out = prog(X, step.program, step.width)
+        out = prog(X, step.program, step.width, out_dtype=out_dtype)
         if out is not None:
             return out
         value = prog.raw(X)  # trees ran in parallel: the chain runs as its NumPy rules
         for node in step.chain:
             value = RULES[node.op](node, [value], self.options)
-        return value
+        return value.astype(out_dtype, copy=False)
 
     def explain(self) -> dict[str, Any]:
         out: dict[str, Any] = {
