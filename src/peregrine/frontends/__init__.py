@@ -22,6 +22,7 @@ _MODULES = (
     ("peregrine.frontends.sklearn_models", "sklearn"),
     ("peregrine.frontends.sklearn_kernel", "sklearn"),
     ("peregrine.frontends.sklearn_transformers", "sklearn"),
+    ("peregrine.frontends.sklearn_decomposition", "sklearn"),  # transformers area
     ("peregrine.frontends.sklearn_meta", "sklearn"),
     ("peregrine.frontends.xgboost", "xgboost"),
     ("peregrine.frontends.lightgbm", "lightgbm"),

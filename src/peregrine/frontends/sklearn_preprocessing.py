@@ -165,8 +165,15 @@ def _is_string_column(values: np.ndarray) -> bool:
 @register_step(SimpleImputer)
 def step_simple_imputer(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "statistics_")
-    if est.add_indicator:
-        raise unsupported(est, "add_indicator=True")
+    out = _simple_impute(est, ctx, flow)
+    if est.add_indicator:  # hstack(imputed, indicator_.transform(X)), as _BaseImputer
+        from peregrine.frontends.sklearn_transformers import add_indicator  # imports this module
+
+        out = add_indicator(est, ctx, flow, out)
+    return out
+
+
+def _simple_impute(est: Any, ctx: Context, flow: Flow) -> Flow:
     stats = np.asarray(est.statistics_)
     missing = est.missing_values
     if _is_string_column(stats):

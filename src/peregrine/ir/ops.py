@@ -48,7 +48,84 @@ class Op(enum.Enum):
     CATEGORY_MAP = "category_map"
     POLYNOMIAL = "polynomial"  # attrs: powers (n_out, n_in): out_k = prod_j x_j ** p_kj
     UFUNC = "ufunc"  # attrs: name, one of UFUNCS
+    # ---- kernel methods and neighbours (helper "kernel": SVMs, KNN, KernelPCA); torch
+    # lowerings in backends/torch/ops_kernel.py. Every rule computes in float64.
+    # inputs: predictions (n, P) 0/1, confidences (n, P) for the P = k(k-1)/2 pairs i<j in
+    # order; attrs: n_classes. scikit-learn's utils.multiclass._ovr_decision_function: votes
+    # plus sum_of_confidences / (3 * (|sum| + 1)); prediction 0 votes i, 1 votes j.
+    OVR_DECISION = "ovr_decision"
+    # attrs: kind ("linear", "poly", "rbf", "sigmoid", "cosine"), vectors (m, d), gamma, coef0,
+    # degree, form ("libsvm": libsvm's k_function, rbf as exp(-gamma * sum((x - v)**2)), poly
+    # by repeated squaring; "pairwise": sklearn.metrics.pairwise kernels, rbf through the
+    # expanded squared euclidean distance): (n, d) -> (n, m) kernel of each row vs each vector;
+    # optional center_rows (m,), center_all: KernelCenterer.transform applied to the result
+    KERNEL = "kernel"
+    # attrs: prob_a, prob_b (per pair), n_classes. libsvm's svm_predict_probability on decision
+    # values (n, P): Platt sigmoid per pair clipped to [1e-7, 1 - 1e-7], then libsvm's
+    # multiclass_probability (Wu, Lin & Weng pairwise coupling iteration; 2 classes too)
+    SVM_PROBA = "svm_proba"
+    # attrs: metric ("euclidean", "manhattan", "chebyshev", "minkowski", "cosine"), p
+    # (minkowski), vectors (m, d): (n, d) -> (n, m) distances from the per-pair differences;
+    # cosine as sklearn's cosine_distances: 1 - normalized dot, clipped to [0, 2]
+    PAIRWISE_DISTANCE = "pairwise_distance"
+    # attrs: k, weights ("uniform" | "distance"), values (m, w), normalize (bool). Input
+    # distances (n, m); picks the k smallest per row (ties: lowest index first, a stable sort);
+    # weights 1 or 1/dist (rows with a zero distance: 1 for zero distances, 0 for the rest);
+    # output sum_i w_i * values[idx_i] divided by sum_i w_i, or when normalize by the row sum of
+    # that (0 -> 1), as KNeighborsClassifier.predict_proba
+    KNN = "knn"
 
+    # ---- transformers area (QuantileTransformer, PowerTransformer, KBinsDiscretizer,
+    # SplineTransformer, KNNImputer); torch lowerings in backends/torch/ops_transformers.py.
+    # attrs: xp, fp (one 1-D float64 array per input column; xp non-decreasing, lengths may
+    # differ between columns), left, right (per column). Column j -> np.interp(x, xp[j], fp[j],
+    # left[j], right[j]) exactly: with i the last index where xp[i] <= x, x < xp[0] -> left,
+    # x > xp[-1] -> right, x == xp[i] -> fp[i] (the last of repeated xp), else
+    # slope * (x - xp[i]) + fp[i]; NaN -> NaN (a one-point table maps NaN to fp[0], as numpy)
+    INTERP = "interp"
+    # attrs: quantiles (per column, ascending), references (1-D), output ("uniform"|"normal").
+    # QuantileTransformer._transform_col: 0.5 * (interp(x, q, r) - interp(-x, -q[::-1],
+    # -r[::-1])), stored in the input's dtype; bounds set to 0/1 (x == q[0] / q[-1] for
+    # uniform; x -+ 1e-7 beyond them, computed in the input's dtype, for normal); normal:
+    # ndtri clipped to ndtri(1e-7 - eps), ndtri(1 - (1e-7 - eps)). NaN passes through
+    QUANTILE = "quantile"
+    # attrs: method ("yeo-johnson"|"box-cox"), lambdas (per column): scipy's yeojohnson /
+    # special.boxcox formulas and branches in float64, stored in the input's dtype; NaN -> NaN
+    POWER = "power"
+    # attrs: edges (per column, ascending 1-D): count of edges <= x, i.e.
+    # np.searchsorted(edges, x, side="right"), as float64 (NaN -> len(edges))
+    DIGITIZE = "digitize"
+    # attrs: knots (per column, the BSpline's t), degree, coef (rows, n_splines) shared by all
+    # columns, extrapolation ("error"|"continue"|"periodic"|"constant"|"linear"), f_min,
+    # f_max, fp_min, fp_max (per column (n_splines,) arrays: spline values and slopes at low
+    # and high), low, high, reach (per column: the range constant/linear extrapolate beyond
+    # and how many end splines they set; sklearn's degree <= 1 increment leaks into later
+    # columns, hence per column). Output (n, columns * n_splines): column j's
+    # block is scipy BSpline(t, coef, degree)(x) by de Boor's recursion, as
+    # SplineTransformer.transform (periodic: x wrapped first; error: NaN outside [t[k], t[n]];
+    # constant/linear: outside rows as sklearn sets them). NaN input -> zeros
+    BSPLINE = "bspline"
+    # attrs: low, high (per column): 1.0 where x < low or x > high, else 0.0 (NaN -> 0.0).
+    # Used as an INPUT_ERRORS check (rows sklearn rejects: Box-Cox x <= 0, spline knots)
+    RANGE_CHECK = "range_check"
+    # attrs: fit_X (m, d) with NaN, n_neighbors, weights ("uniform"|"distance"), columns
+    # (ints: the columns to fill), fill (per column of the input: the value when no donor has
+    # a distance, sklearn's masked column mean). KNNImputer.transform: nan_euclidean distances
+    # to fit_X (sklearn's expanded formula); each NaN in a listed column gets the weighted
+    # mean of the k nearest fit rows having that column (ties: lower row index first; NaN
+    # distances weigh 0). Width d: other entries pass through
+    KNN_IMPUTE = "knn_impute"
+
+    # ---- meta-estimators (helper "meta": Voting, Stacking, Bagging, AdaBoost, calibration,
+    # multiclass wrappers); torch lowerings in backends/torch/ops_meta.py; float64 throughout.
+    # several inputs of one width; attrs: weights (one float per input), divisor (float):
+    # (((x0 * w0) + x1 * w1) + ...) / divisor, summed in input order (np.average over the
+    # estimator axis, bincount's accumulation, Bagging's and AdaBoost's running sums)
+    WEIGHTED_SUM = "weighted_sum"
+    # attrs: weights (m,). Input (n, m) predictions -> (n, 1): AdaBoostRegressor's
+    # _get_median_predict: argsort each row, cumulative weights in that order, the first
+    # sorted prediction whose cumulative weight >= half the row's total
+    WEIGHTED_MEDIAN = "weighted_median"
 
 # Element-wise NumPy ufuncs a UFUNC node may apply (FunctionTransformer's common funcs).
 UFUNCS = ("log1p", "expm1", "exp", "log", "sqrt", "absolute", "square", "negative", "sin", "cos",

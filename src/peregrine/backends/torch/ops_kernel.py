@@ -1,3 +1,255 @@
-"""Torch lowerings of the kernel pipeline ops (see ops.py for the lowering table)."""
+"""Torch lowerings of the kernel-method and neighbour ops (SVMs, KNN, KernelPCA), one per Op,
+mirroring their NumPy rules in ``backends/reference.py`` operation for operation in float64
+(libsvm's k_function, its probability coupling iteration, sklearn's neighbour weights).
+Scriptable: loops run over Python ints, options are plain attributes."""
 
-from __future__ import annotations
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from peregrine.backends.torch.ops import Lowered, lowering
+from peregrine.ir import Node, Op
+from peregrine.options import CompileOptions
+
+
+def _f64(value: Any) -> Tensor:
+    return torch.from_numpy(np.array(value, dtype=np.float64))
+
+
+def _pairs(k: int) -> list[list[int]]:
+    return [[i, j] for i in range(k) for j in range(i + 1, k)]
+
+
+def _chunk_rows(n_vectors: int, n_features: int) -> int:
+    """Rows per chunk keeping (rows, m, d) difference temporaries near 4M doubles."""
+    return max(1, (1 << 22) // max(n_vectors * n_features, 1))
+
+
+def _l2_rows(x: Tensor) -> Tensor:
+    # sklearn.preprocessing.normalize: zero norms divide by 1
+    n = torch.sqrt((x * x).sum(dim=1))
+    return x / torch.where(n == 0.0, torch.ones_like(n), n).unsqueeze(1)
+
+
+class OvrDecision(nn.Module):
+    pairs: list[list[int]]
+
+    def __init__(self, n_classes: int) -> None:
+        super().__init__()
+        self.k = n_classes
+        self.pairs = _pairs(n_classes)
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        pred, conf = xs[0].to(torch.float64), xs[1].to(torch.float64)
+        n = pred.shape[0]
+        votes = torch.zeros((n, self.k), dtype=torch.float64, device=pred.device)
+        sums = torch.zeros((n, self.k), dtype=torch.float64, device=pred.device)
+        for p, ij in enumerate(self.pairs):
+            i, j = ij[0], ij[1]
+            sums[:, i] -= conf[:, p]
+            sums[:, j] += conf[:, p]
+            votes[:, i] += (pred[:, p] == 0).to(torch.float64)
+            votes[:, j] += (pred[:, p] == 1).to(torch.float64)
+        return votes + sums / (3 * (sums.abs() + 1))
+
+
+class Kernel(nn.Module):
+    def __init__(self, node: Node) -> None:
+        super().__init__()
+        a = node.attrs
+        self.kind = str(a["kind"])
+        self.libsvm = a.get("form", "libsvm") == "libsvm"
+        self.gamma = float(a.get("gamma", 1.0))
+        self.coef0 = float(a.get("coef0", 0.0))
+        self.degree = float(a.get("degree", 3))
+        self.center = "center_rows" in a
+        v = np.asarray(a["vectors"], dtype=np.float64)
+        self.register_buffer("vectors", _f64(v))
+        self.step = _chunk_rows(v.shape[0], v.shape[1])
+        self.register_buffer("vv", _f64(np.einsum("ij,ij->i", v, v)))
+        self.register_buffer("center_rows", _f64(a.get("center_rows", np.zeros(len(v)))))
+        self.center_all = float(a.get("center_all", 0.0))
+
+    def _powi(self, base: Tensor) -> Tensor:
+        tmp, ret, t = base, torch.ones_like(base), int(self.degree)
+        while t > 0:
+            if t % 2 == 1:
+                ret = ret * tmp
+            tmp = tmp * tmp
+            t = t // 2
+        return ret
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        x = xs[0].to(torch.float64)
+        v = self.vectors
+        if self.kind == "rbf" and self.libsvm:  # squared differences, as k_function
+            parts: list[Tensor] = [x.new_zeros((0, v.shape[0]))]  # keeps cat valid on 0 rows
+            for s in range(0, x.shape[0], self.step):
+                d = x[s : s + self.step].unsqueeze(1) - v.unsqueeze(0)
+                parts.append((d * d).sum(dim=2))
+            k = torch.exp(-self.gamma * torch.cat(parts, dim=0))
+        elif self.kind == "rbf":  # euclidean_distances(squared=True), expanded
+            d = -2 * (x @ v.T)
+            d += (x * x).sum(dim=1).unsqueeze(1)
+            d += self.vv.unsqueeze(0)
+            k = torch.exp(torch.clamp(d, min=0.0) * -self.gamma)
+        elif self.kind == "cosine":
+            k = _l2_rows(x) @ _l2_rows(v).T
+        else:
+            k = x @ v.T
+            if self.kind == "poly":
+                k = self.gamma * k + self.coef0
+                k = self._powi(k) if self.libsvm else torch.pow(k, self.degree)
+            elif self.kind == "sigmoid":
+                k = torch.tanh(self.gamma * k + self.coef0)
+        if self.center:  # KernelCenterer.transform
+            cols = k.sum(dim=1) / k.shape[1]
+            k = k - self.center_rows
+            k = k - cols.unsqueeze(1)
+            k = k + self.center_all
+        return k
+
+
+class SvmProba(nn.Module):
+    """libsvm's svm_predict_probability: Platt per pair, then multiclass_probability with
+    each row stopping at its own iteration (rows that converged are frozen)."""
+
+    pairs: list[list[int]]
+
+    def __init__(self, node: Node) -> None:
+        super().__init__()
+        self.k = int(node.attrs["n_classes"])
+        self.pairs = _pairs(self.k)
+        self.register_buffer("prob_a", _f64(node.attrs["prob_a"]))
+        self.register_buffer("prob_b", _f64(node.attrs["prob_b"]))
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        dec = xs[0].to(torch.float64)
+        k = self.k
+        n = dec.shape[0]
+        f = dec * self.prob_a + self.prob_b
+        e = torch.exp(-f.abs())
+        pair = torch.where(f >= 0, e / (1.0 + e), 1.0 / (1 + torch.exp(torch.clamp(f, max=0.0))))
+        pair = torch.clamp(torch.clamp(pair, min=1e-7), max=1 - 1e-7)
+        r = torch.zeros((n, k, k), dtype=torch.float64, device=dec.device)
+        for c, ij in enumerate(self.pairs):
+            r[:, ij[0], ij[1]] = pair[:, c]
+            r[:, ij[1], ij[0]] = 1 - pair[:, c]
+        q = torch.zeros((n, k, k), dtype=torch.float64, device=dec.device)
+        for t in range(k):
+            for j in range(k):
+                if j != t:
+                    q[:, t, t] += r[:, j, t] * r[:, j, t]
+            for j in range(t + 1, k):
+                q[:, t, j] = -r[:, j, t] * r[:, t, j]
+                q[:, j, t] = q[:, t, j]
+        p = torch.full((n, k), 1.0 / k, dtype=torch.float64, device=dec.device)
+        active = torch.ones(n, dtype=torch.bool, device=dec.device)
+        for _ in range(max(100, k)):
+            qp = torch.zeros((n, k), dtype=torch.float64, device=dec.device)
+            pqp = torch.zeros(n, dtype=torch.float64, device=dec.device)
+            for t in range(k):
+                for j in range(k):
+                    qp[:, t] += q[:, t, j] * p[:, j]
+                pqp += p[:, t] * qp[:, t]
+            err = (qp - pqp.unsqueeze(1)).abs().max(dim=1)[0]
+            active = active & ~(err < 0.005 / k)
+            if not bool(active.any()):
+                break
+            new_p = p.clone()
+            for t in range(k):
+                qtt = q[:, t, t]
+                diff = (-qp[:, t] + pqp) / qtt
+                new_p[:, t] += diff
+                pqp = (pqp + diff * (diff * qtt + 2 * qp[:, t])) / (1 + diff) / (1 + diff)
+                qp = (qp + diff.unsqueeze(1) * q[:, t, :]) / (1 + diff).unsqueeze(1)
+                new_p = new_p / (1 + diff).unsqueeze(1)
+            p = torch.where(active.unsqueeze(1), new_p, p)
+        return p
+
+
+class PairwiseDistance(nn.Module):
+    def __init__(self, node: Node) -> None:
+        super().__init__()
+        self.metric = str(node.attrs["metric"])
+        self.p = float(node.attrs.get("p", 2.0))
+        v = np.asarray(node.attrs["vectors"], dtype=np.float64)
+        self.register_buffer("vectors", _f64(v))
+        self.step = _chunk_rows(v.shape[0], v.shape[1])
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        x = xs[0].to(torch.float64)
+        v = self.vectors
+        if self.metric == "cosine":
+            return torch.clamp(1.0 - _l2_rows(x) @ _l2_rows(v).T, 0.0, 2.0)
+        parts: list[Tensor] = [x.new_zeros((0, v.shape[0]))]  # keeps cat valid on 0 rows
+        for s in range(0, x.shape[0], self.step):
+            parts.append(self._reduce(x[s : s + self.step].unsqueeze(1) - v.unsqueeze(0)))
+        return torch.cat(parts, dim=0)
+
+    def _reduce(self, d: Tensor) -> Tensor:
+        """Per-pair differences (rows, m, d) -> distances, as the reference."""
+        if self.metric == "euclidean":
+            return torch.sqrt((d * d).sum(dim=2))
+        if self.metric == "manhattan":
+            return d.abs().sum(dim=2)
+        if self.metric == "chebyshev":
+            return d.abs().max(dim=2)[0]
+        return torch.pow(torch.pow(d.abs(), self.p).sum(dim=2), 1.0 / self.p)
+
+
+class Knn(nn.Module):
+    def __init__(self, node: Node) -> None:
+        super().__init__()
+        self.k = int(node.attrs["k"])
+        self.distance = node.attrs["weights"] == "distance"
+        self.normalize = bool(node.attrs.get("normalize", False))
+        self.register_buffer("values", _f64(node.attrs["values"]))
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        dist = xs[0].to(torch.float64)
+        n = dist.shape[0]
+        # stable sort: equal distances keep the lowest index first, as the reference
+        srt, idx = torch.sort(dist, dim=1, stable=True)
+        near, idx = srt[:, : self.k], idx[:, : self.k]
+        if self.distance:  # neighbors._base._get_weights
+            w = 1.0 / near
+            inf = torch.isinf(w)
+            w = torch.where(inf.any(dim=1, keepdim=True), inf.to(torch.float64), w)
+        else:
+            w = torch.ones_like(near)
+        vals = self.values.index_select(0, idx.reshape(-1)).reshape(n, self.k, -1)
+        out = torch.zeros((n, vals.shape[2]), dtype=torch.float64, device=dist.device)
+        for i in range(self.k):  # neighbour order, as sklearn accumulates
+            out = out + w[:, i : i + 1] * vals[:, i, :]
+        if self.normalize:
+            total = out.sum(dim=1, keepdim=True)
+            return out / torch.where(total == 0.0, torch.ones_like(total), total)
+        return out / w.sum(dim=1, keepdim=True)
+
+
+@lowering(Op.OVR_DECISION)
+def lower_ovr_decision(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(OvrDecision(int(node.attrs["n_classes"])))
+
+
+@lowering(Op.KERNEL)
+def lower_kernel(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(Kernel(node))
+
+
+@lowering(Op.SVM_PROBA)
+def lower_svm_proba(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(SvmProba(node))
+
+
+@lowering(Op.PAIRWISE_DISTANCE)
+def lower_pairwise_distance(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(PairwiseDistance(node))
+
+
+@lowering(Op.KNN)
+def lower_knn(node: Node, options: CompileOptions) -> Lowered:
+    return Lowered(Knn(node))

@@ -1,0 +1,267 @@
+"""scikit-learn kernel methods and neighbours, as pipeline heads/steps and on their own.
+
+* SVC/NuSVC/SVR/NuSVR/OneClassSVM (svm/_base.py, libsvm's svm.cpp ``svm_predict_values``):
+  the kernel of each row against the support vectors (KERNEL, form "libsvm": rbf from the
+  squared differences as ``k_function``, poly by libsvm's ``powi``), then one LINEAR giving
+  libsvm's decision value per class pair: sum of ``_dual_coef_`` * kernel + ``_intercept_``
+  (libsvm's -rho). sklearn negates it for binary classifiers; 'ovr' applies
+  ``_ovr_decision_function(dec < 0, -dec, k)`` (OVR_DECISION). predict is libsvm's vote: pair
+  (i, j) votes i when dec > 0, else j, the first class with most votes wins (a LINEAR of
+  ``dec > 0`` then ARGMAX); with break_ties the argmax of the 'ovr' decision. predict_proba is
+  libsvm's ``svm_predict_probability`` (SVM_PROBA).
+* KNeighborsClassifier/Regressor: distances to ``_fit_X`` (PAIRWISE_DISTANCE), k nearest with
+  sklearn's weights (KNN); classifiers vote with one-hot rows of the class codes.
+* KernelPCA: ``pairwise_kernels`` vs ``X_fit_`` (KERNEL, form "pairwise"), KernelCenterer,
+  then the eigenvectors scaled by 1/sqrt(eigenvalue) as ``KernelPCA.transform``.
+
+Every estimator here rejects NaN and inf (check_array), so the compiled model does too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sklearn.decomposition import KernelPCA
+from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
+from sklearn.svm import SVC, SVR, NuSVC, NuSVR, OneClassSVM
+
+from peregrine.frontends.base import MethodSpec, register_frontend, require_fitted, unsupported
+from peregrine.frontends.sklearn_pipeline import convert_single
+from peregrine.frontends.steps import (
+    Context,
+    Flow,
+    Head,
+    check_no_strings,
+    register_head,
+    register_step,
+)
+from peregrine.ir import Op
+
+KERNELS = ("linear", "poly", "rbf", "sigmoid")
+
+
+def _numeric_input(est: Any, ctx: Context, flow: Flow) -> None:
+    check_no_strings(est, ctx, flow)
+    ctx.reject_nan(flow)  # check_array rejects NaN and inf in all of these
+
+
+def _f64(a: Any) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64)
+
+
+def _linear(ctx: Context, x: str, weight: Any, bias: Any) -> str:
+    w = _f64(weight)
+    b = np.broadcast_to(_f64(bias), (w.shape[1],)).copy()
+    return ctx.g.add(Op.LINEAR, (x,), width=w.shape[1], weight=w, bias=b)
+
+
+def _pairs(k: int) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(k) for j in range(i + 1, k)]
+
+
+# ---------------------------------------------------------------------------- SVMs --
+
+
+def _check_kernel(est: Any, supported: tuple[str, ...]) -> None:
+    if callable(est.kernel) or est.kernel not in supported:
+        what = "a callable kernel" if callable(est.kernel) else f"kernel={est.kernel!r}"
+        raise unsupported(est, what, ", ".join(supported))
+
+
+def convert_svm(model: Any) -> Any:
+    """Standalone frontend; the kernel is checked first, since sklearn records no
+    n_features_in_ for a callable kernel."""
+    _check_kernel(model, KERNELS)
+    return convert_single(model)
+
+
+def _svm_kernel(est: Any, ctx: Context, flow: Flow) -> str:
+    _check_kernel(est, KERNELS)
+    require_fitted(est, "support_vectors_", "_dual_coef_", "_intercept_", "_gamma")
+    _numeric_input(est, ctx, flow)
+    if getattr(est, "_sparse", False):
+        raise unsupported(est, "a model fitted on sparse input", "dense fits")
+    sv = _f64(est.support_vectors_)
+    return ctx.g.add(Op.KERNEL, (flow.node,), width=sv.shape[0], kind=est.kernel, vectors=sv,
+                     gamma=float(est._gamma), coef0=float(est.coef0), degree=int(est.degree),
+                     form="libsvm")
+
+
+def _pair_weights(est: Any) -> np.ndarray:
+    """(n_SV, P): libsvm's coefficients of each support vector in each pair's sum."""
+    coef = _f64(est._dual_coef_)
+    n_sv = np.asarray(est._n_support, dtype=np.int64)
+    start = np.concatenate([[0], np.cumsum(n_sv)])
+    k = len(n_sv)
+    w = np.zeros((coef.shape[1], len(_pairs(k))))
+    for p, (i, j) in enumerate(_pairs(k)):
+        si, sj = slice(start[i], start[i + 1]), slice(start[j], start[j + 1])
+        w[si, p] = coef[j - 1, si]
+        w[sj, p] = coef[i, sj]
+    return w
+
+
+def _libsvm_votes(ctx: Context, dec: str, k: int) -> str:
+    """svm_predict_values' vote counts: vote_i = sum (dec_p > 0), vote_j = sum (dec_p <= 0),
+    a LINEAR of the 0/1 indicators (small integers, exact)."""
+    pairs = _pairs(k)
+    pos = ctx.g.add(Op.BINARIZE, (dec,), width=len(pairs), threshold=0.0)
+    w, b = np.zeros((len(pairs), k)), np.zeros(k)
+    for p, (i, j) in enumerate(pairs):
+        w[p, i], w[p, j] = 1.0, -1.0
+        b[j] += 1.0
+    return _linear(ctx, pos, w, b)
+
+
+@register_head(SVC, NuSVC)
+def head_svc(est: Any, ctx: Context, flow: Flow) -> Head:
+    kern = _svm_kernel(est, ctx, flow)
+    k = len(est.classes_)
+    w, b = _pair_weights(est), _f64(est._intercept_)
+    dec = _linear(ctx, kern, w, b)  # libsvm's sign
+    neg = _linear(ctx, kern, -w, -b)  # -dec, exactly (negation is exact)
+    labels = np.asarray(est.classes_)
+    votes = ctx.g.add(Op.ARGMAX, (_libsvm_votes(ctx, dec, k),), dtype="int64", width=1)
+    outputs = {"predict": votes}
+    if k == 2 or est.decision_function_shape == "ovo":
+        outputs["decision_function"] = neg if k == 2 else dec
+    else:
+        pred = ctx.g.add(Op.BINARIZE, (neg,), width=k * (k - 1) // 2, threshold=0.0)  # dec<0
+        ovr = ctx.g.add(Op.OVR_DECISION, (pred, neg), width=k, n_classes=k)
+        outputs["decision_function"] = ovr
+        if est.break_ties:
+            outputs["predict"] = ctx.g.add(Op.ARGMAX, (ovr,), dtype="int64", width=1)
+    methods = {"predict": MethodSpec("predict", labels=labels),
+               "decision_function": MethodSpec("decision_function", squeeze=k == 2)}
+    if est.probability is True and np.size(est._probA) > 0:
+        proba = ctx.g.add(Op.SVM_PROBA, (dec,), width=k, n_classes=k,
+                          prob_a=_f64(est._probA), prob_b=_f64(est._probB))
+        outputs["predict_proba"] = proba
+        methods["predict_proba"] = MethodSpec("predict_proba")
+    return Head(outputs, methods)
+
+
+@register_head(SVR, NuSVR)
+def head_svr(est: Any, ctx: Context, flow: Flow) -> Head:
+    kern = _svm_kernel(est, ctx, flow)
+    dec = _linear(ctx, kern, _f64(est._dual_coef_).T, _f64(est._intercept_))
+    return Head({"predict": dec}, {"predict": MethodSpec("predict", squeeze=True)})
+
+
+@register_head(OneClassSVM)
+def head_one_class_svm(est: Any, ctx: Context, flow: Flow) -> Head:
+    kern = _svm_kernel(est, ctx, flow)
+    dec = _linear(ctx, kern, _f64(est._dual_coef_).T, _f64(est._intercept_))
+    # score_samples = decision_function + offset_ (a second rounding, as sklearn)
+    score = ctx.g.add(Op.AFFINE, (dec,), width=1, scale=1.0, shift=float(est.offset_[0]))
+    label = ctx.g.add(Op.THRESHOLD, (dec,), dtype="int64", width=1, value=0.0, strict=True)
+    return Head({"predict": label, "decision_function": dec, "score_samples": score},
+                {"predict": MethodSpec("predict", labels=np.array([-1, 1], dtype=np.intp)),
+                 "decision_function": MethodSpec("decision_function", squeeze=True),
+                 "score_samples": MethodSpec("score_samples", squeeze=True)})
+
+
+# ---------------------------------------------------------------------- neighbours --
+
+_METRIC_ALIASES = {"euclidean": "euclidean", "l2": "euclidean", "manhattan": "manhattan",
+                   "l1": "manhattan", "cityblock": "manhattan", "chebyshev": "chebyshev",
+                   "infinity": "chebyshev", "minkowski": "minkowski", "cosine": "cosine"}
+
+
+def _distances(est: Any, ctx: Context, flow: Flow) -> str:
+    require_fitted(est, "_fit_X", "_y", "effective_metric_")
+    _numeric_input(est, ctx, flow)
+    metric = est.effective_metric_
+    if callable(metric) or metric not in _METRIC_ALIASES:
+        raise unsupported(est, f"metric={metric!r}", ", ".join(sorted(_METRIC_ALIASES)))
+    metric = _METRIC_ALIASES[metric]
+    params = dict(est.effective_metric_params_ or {})
+    p = params.pop("p", 2.0)
+    if params.get("w") is None:  # minkowski's per-feature weights, None when unset
+        params.pop("w", None)
+    if params:
+        raise unsupported(est, f"metric_params {sorted(params)}", "p")
+    if metric == "minkowski" and not (np.isfinite(p) and p >= 1):
+        raise unsupported(est, f"minkowski p={p!r}", "finite p >= 1")
+    if not callable(est.weights) and est.weights not in ("uniform", "distance"):
+        raise unsupported(est, f"weights={est.weights!r}", "uniform, distance")
+    if callable(est.weights):
+        raise unsupported(est, "callable weights", "uniform, distance")
+    fit_x = _f64(est._fit_X)
+    if fit_x.ndim != 2 or fit_x.shape[1] != flow.width:
+        raise unsupported(est, "a precomputed or sparse fit", "dense X")
+    return ctx.g.add(Op.PAIRWISE_DISTANCE, (flow.node,), width=fit_x.shape[0], metric=metric,
+                     p=float(p), vectors=fit_x)
+
+
+@register_head(KNeighborsClassifier)
+def head_knn_classifier(est: Any, ctx: Context, flow: Flow) -> Head:
+    dist = _distances(est, ctx, flow)
+    if est.outputs_2d_:
+        raise unsupported(est, "multi-output targets", "one target column")
+    k = len(est.classes_)
+    onehot = np.eye(k)[np.asarray(est._y, dtype=np.int64)]
+    proba = ctx.g.add(Op.KNN, (dist,), width=k, k=int(est.n_neighbors), weights=est.weights,
+                      values=onehot, normalize=True)
+    label = ctx.g.add(Op.ARGMAX, (proba,), dtype="int64", width=1)  # mode: smallest class
+    return Head({"predict": label, "predict_proba": proba},
+                {"predict": MethodSpec("predict", labels=np.asarray(est.classes_)),
+                 "predict_proba": MethodSpec("predict_proba")})
+
+
+@register_head(KNeighborsRegressor)
+def head_knn_regressor(est: Any, ctx: Context, flow: Flow) -> Head:
+    dist = _distances(est, ctx, flow)
+    y = _f64(est._y)
+    y2 = y.reshape(len(y), -1)
+    out = ctx.g.add(Op.KNN, (dist,), width=y2.shape[1], k=int(est.n_neighbors),
+                    weights=est.weights, values=y2, normalize=False)
+    return Head({"predict": out}, {"predict": MethodSpec("predict", squeeze=y.ndim == 1)})
+
+
+# ------------------------------------------------------------------------ KernelPCA --
+
+_KPCA_KERNELS = ("linear", "poly", "rbf", "sigmoid", "cosine")
+
+
+@register_step(KernelPCA)
+def step_kernel_pca(est: Any, ctx: Context, flow: Flow) -> Flow:
+    require_fitted(est, "X_fit_", "eigenvectors_", "eigenvalues_", "_centerer")
+    _numeric_input(est, ctx, flow)
+    _check_kernel(est, _KPCA_KERNELS)
+    fit_x = _f64(est.X_fit_)
+    if fit_x.ndim != 2:
+        raise unsupported(est, "a sparse fit", "dense X")
+    centerer = est._centerer
+    kern = ctx.g.add(Op.KERNEL, (flow.node,), width=fit_x.shape[0], kind=est.kernel,
+                     vectors=fit_x, gamma=float(est.gamma_), coef0=float(est.coef0),
+                     degree=float(est.degree), form="pairwise",
+                     center_rows=_f64(centerer.K_fit_rows_),
+                     center_all=float(centerer.K_fit_all_))
+    vec, val = _f64(est.eigenvectors_), _f64(est.eigenvalues_)
+    nz = np.flatnonzero(val)  # null-space components project to 0, as sklearn
+    alphas = np.zeros_like(vec)
+    alphas[:, nz] = vec[:, nz] / np.sqrt(val[nz])
+    node = _linear(ctx, kern, alphas, 0.0)
+    return Flow(node, (None,) * alphas.shape[1], nan=False, keeps_dtype=False)
+
+
+_CLASSIFIER_NOTES = "kernels linear/poly/rbf/sigmoid; ovr/ovo, break_ties, probability"
+register_frontend(SVC, NuSVC, library="scikit-learn",
+                  methods=("predict", "decision_function", "predict_proba"),
+                  notes=_CLASSIFIER_NOTES)(convert_svm)
+register_frontend(SVR, NuSVR, library="scikit-learn", methods=("predict",),
+                  notes="kernels linear/poly/rbf/sigmoid")(convert_svm)
+register_frontend(OneClassSVM, library="scikit-learn",
+                  methods=("predict", "decision_function", "score_samples"),
+                  notes="kernels linear/poly/rbf/sigmoid")(convert_svm)
+register_frontend(KNeighborsClassifier, library="scikit-learn",
+                  methods=("predict", "predict_proba"),
+                  notes="uniform/distance weights; euclidean, manhattan, chebyshev, minkowski, "
+                  "cosine")(convert_single)
+register_frontend(KNeighborsRegressor, library="scikit-learn", methods=("predict",),
+                  notes="uniform/distance weights; euclidean, manhattan, chebyshev, minkowski, "
+                  "cosine")(convert_single)
+register_frontend(KernelPCA, library="scikit-learn", methods=("transform",),
+                  notes="kernels linear/poly/rbf/sigmoid/cosine")(convert_single)
