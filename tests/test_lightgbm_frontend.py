@@ -322,3 +322,34 @@ def test_numpy_trained_model_has_no_feature_names():
     assert convert(lgb.LGBMRegressor(n_estimators=3, **QUIET).fit(X, y)).feature_names is None
     booster = lgb.train({"verbose": -1}, lgb.Dataset(X, y), 3)
     assert convert(booster).feature_names is None
+
+
+def test_integer_numpy_input_is_cast_to_float32_as_lightgbm_does():
+    """LightGBM converts a non-float numpy array to float32 before predicting; above 2**24 that
+    rounds (2**24 + 1 -> 2**24), which decides splits between neighbouring integers."""
+    base = 2 ** 24
+    x = np.arange(base, base + 64, dtype=np.int64)
+    X = np.column_stack([x, x % 3])
+    y = (x % 2 == 1).astype(float) + (x > base + 31)
+    model = lgb.LGBMRegressor(n_estimators=5, num_leaves=16, min_child_samples=1,
+                                   min_data_in_bin=1, max_bin=255, verbose=-1).fit(
+        X.astype(np.float64), y)
+    want = model.predict(X)  # int64 input: lightgbm rounds it through float32
+    assert not np.allclose(want, model.predict(X.astype(np.float64)))  # the cast matters here
+    for backend in ("reference", "native", "torch"):
+        cm = peregrine.compile(model, backend)
+        np.testing.assert_allclose(cm.predict(X), want, rtol=1e-12, err_msg=backend)
+        np.testing.assert_allclose(cm.predict(X.astype(np.float64)),
+                                   model.predict(X.astype(np.float64)), rtol=1e-12)
+    torch = pytest.importorskip("torch")
+    cm = peregrine.compile(model, "torch")
+    np.testing.assert_allclose(cm.predict(torch.from_numpy(X)), want, rtol=1e-12)
+
+
+def test_integer_input_dtype_survives_save_and_load(tmp_path):
+    X = np.arange(40, dtype=np.float64).reshape(20, 2)
+    model = lgb.LGBMRegressor(n_estimators=2, min_child_samples=1, verbose=-1).fit(
+        X, X[:, 0])
+    cm = peregrine.compile(model, "reference")
+    cm.save(tmp_path / "m.peregrine")
+    assert peregrine.load(tmp_path / "m.peregrine").spec.int_input_dtype == "float32"

@@ -50,6 +50,9 @@ class ModelSpec:
     # unseen category reaching an encoder with handle_unknown='error', a new missing column in
     # MissingIndicator): the runtime raises InputError instead of returning numbers
     input_checks: tuple[tuple[str, int], ...] = ()
+    # what an integer or bool numpy array (or tensor) becomes: the source's own cast, which
+    # matters above 2**24 (LightGBM converts such arrays to float32, scikit-learn to float64)
+    int_input_dtype: str = "float64"
     versions: dict[str, str] = field(default_factory=dict)  # library versions at conversion
 
 

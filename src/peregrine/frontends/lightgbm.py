@@ -363,6 +363,7 @@ def convert_booster(model: Any, booster: Booster, kind: str) -> ModelSpec:
         allow_nan=True,
         allow_inf=True,  # LightGBM accepts +-inf and compares them as doubles
         category_maps=category_maps(model, booster.pandas_categorical, header, params),
+        int_input_dtype="float32",  # basic._np2d_to_np1d: non-float arrays become float32
         versions={"lightgbm": lightgbm.__version__},
     )
 

@@ -142,6 +142,7 @@ def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
             "category_maps": [[k, w.value(list(v))] for k, v in spec.category_maps.items()],
             "category_unknown_error": sorted(spec.category_unknown_error),
             "input_checks": [[m, c] for m, c in spec.input_checks],
+            "int_input_dtype": spec.int_input_dtype,
             "versions": spec.versions,
         },
     }
@@ -231,5 +232,12 @@ def _spec_from_json(d: dict[str, Any], r: _Reader) -> ModelSpec:
         # absent in artifacts written before these fields existed: nothing to check
         category_unknown_error=frozenset(int(k) for k in d.get("category_unknown_error", ())),
         input_checks=tuple((str(m), int(c)) for m, c in d.get("input_checks", ())),
+        int_input_dtype=_int_dtype(d.get("int_input_dtype", "float64")),
         versions=dict(d.get("versions", {})),
     )
+
+
+def _int_dtype(value: Any) -> str:
+    if value not in ("float32", "float64"):
+        raise ArtifactError(f"artifact's int_input_dtype {value!r} is not float32 or float64")
+    return value

@@ -42,21 +42,21 @@ def prepare_input(X: Any, spec: ModelSpec, *, keep_tensor: bool = False, check: 
                 f"unsupported input type {type(X).__name__}; pass a numpy array, pandas "
                 "DataFrame or torch tensor"
             )
-        arr = _numeric_array(X, where="input")
+        arr = _numeric_array(X, where="input", int_dtype=spec.int_input_dtype)
     _check_shape(arr.shape, spec)
     if check:
         _check_values(arr, spec)
     return arr
 
 
-def _numeric_array(X: np.ndarray, where: str) -> np.ndarray:
+def _numeric_array(X: np.ndarray, where: str, int_dtype: str = "float64") -> np.ndarray:
     kind = X.dtype.kind
     if kind == "f":
         if X.dtype == np.float32 or X.dtype == np.float64:
             return X
         return X.astype(np.float64 if X.dtype.itemsize > 4 else np.float32)
     if kind in "iub":
-        return X.astype(np.float64)
+        return X.astype(int_dtype)
     if kind == "O":
         try:
             return X.astype(np.float64)
@@ -192,7 +192,8 @@ def _from_tensor(X: Any, spec: ModelSpec, keep_tensor: bool, check: bool):
                                                      torch.int16, torch.int8, torch.uint8)):
         raise InputError(f"tensor has dtype {X.dtype}; expected a real number dtype")
     if X.dtype not in (torch.float32, torch.float64):
-        X = X.to(torch.float64 if not X.dtype.is_floating_point else torch.float32)
+        X = X.to(getattr(torch, spec.int_input_dtype) if not X.dtype.is_floating_point
+                 else torch.float32)
     _check_shape(tuple(X.shape), spec)
     if keep_tensor:
         if check and not (spec.allow_nan and spec.allow_inf):
