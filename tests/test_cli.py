@@ -171,7 +171,7 @@ def test_inspect_text_and_json(work, capsys):
     info = json.loads(out)
     assert info["backend"] == "reference"
     assert info["n_features"] == 4 and info["feature_names"] == FEATURES
-    assert info["methods"] == ["predict", "predict_proba"]
+    assert info["methods"] == ["predict", "predict_proba", "predict_log_proba"]  # as the RF
     assert info["file_size"] == os.path.getsize(d / "rf.pgn")
     assert len(info["content_hash"]) == 64
     assert "peregrine" in info["versions"]

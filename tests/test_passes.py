@@ -1,6 +1,7 @@
 """Passes keep results bit-identical and the graph valid."""
 
 import numpy as np
+import pytest
 
 from peregrine.backends.reference import evaluate
 from peregrine.ir import GraphBuilder, Link, Op, make_forest
@@ -43,3 +44,42 @@ def test_affine_with_two_readers_is_kept():
     c = g.add(Op.AFFINE, (b,), width=1, shift=1.0)
     out = run_passes(g.build({"raw": b, "shifted": c}))
     assert [n.op for n in out.nodes].count(Op.AFFINE) == 2
+
+
+def test_graph_builder_looks_nodes_up_by_name():
+    g = GraphBuilder()
+    x = g.input(3)
+    a = g.add(Op.AFFINE, (x,), width=3, scale=2.0)
+    u = g.add(Op.AFFINE, (a,), scale=1.0)  # no width recorded
+    assert g.node(a).op is Op.AFFINE and g.width(x) == 3 and g.width(a) == 3
+    with pytest.raises(ValueError, match="no known width"):
+        g.width(u)
+    with pytest.raises(KeyError):
+        g.node("nowhere")
+
+
+def _knn_graph(**attrs):
+    g = GraphBuilder()
+    x = g.input(2)
+    d = g.add(Op.PAIRWISE_DISTANCE, (x,), width=3, metric="euclidean", p=2.0,
+              vectors=np.arange(6.0).reshape(3, 2))
+    knn = g.add(Op.KNN, (d,), width=2, **{"k": 2, "weights": "uniform", "values": np.eye(3)[:, :2],
+                                          "normalize": True, **attrs})
+    return g.build({"predict": knn})
+
+
+def test_verifier_checks_new_op_attributes():
+    X = np.array([[0.0, 1.0], [4.0, 4.0]])
+    out = evaluate(_knn_graph(), X, ("predict",))["predict"]
+    assert out.shape == (2, 2)
+    for attrs, message in [({"k": 4}, "k=4"), ({"k": 1.5}, "k=1.5"),
+                           ({"weights": "inverse"}, "weights="),
+                           ({"values": np.eye(2)}, "values has shape")]:
+        with pytest.raises(ValueError, match=message):
+            _knn_graph(**attrs)
+    g = GraphBuilder()
+    x = g.input(2)
+    g.add(Op.KERNEL, (x,), width=1, kind="poly", vectors=np.ones((1, 2)), gamma=1.0, coef0=0.0,
+          degree=2.5, form="libsvm")  # libsvm's powi takes an integer degree
+    with pytest.raises(ValueError, match="degree"):
+        g.build({})

@@ -64,6 +64,14 @@ def assert_same(method: str, got: np.ndarray, want: np.ndarray, where: str) -> N
     )
 
 
+def assert_log_proba_offered(model, compiled, where: str) -> None:
+    """predict_log_proba exactly where the source has it, so it is compared below whenever it
+    exists. (ClassifierChain defines it unconditionally; it works only with predict_proba.)"""
+    source = hasattr(model, "predict_log_proba") and hasattr(model, "predict_proba")
+    assert source == hasattr(compiled, "predict_log_proba"), (
+        f"{where}: source has predict_log_proba: {source}; compiled: {compiled.methods}")
+
+
 def _log_deviation(got: np.ndarray, want: np.ndarray, where: str) -> None:
     """With PEREGRINE_DEVIATION_LOG=FILE, append the largest absolute and relative deviation of
     every score comparison (for the closing figures: `largest deviation seen`)."""
@@ -103,6 +111,7 @@ def test_matches_source(case, backend, strategy, dtype, rows_cache):
     X = X.astype(dtype)
     compiled = peregrine.compile(model, backend, options=CompileOptions(tree_strategy=strategy))
     assert set(compiled.methods) == set(spec.methods)
+    assert_log_proba_offered(model, compiled, case.id)
     for method in compiled.methods:
         want = case.expected(method, X)
         got = getattr(compiled, method)(X)

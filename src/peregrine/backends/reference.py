@@ -12,6 +12,7 @@ from peregrine.backends.base import Backend, Executable
 from peregrine.frontends.base import ModelSpec
 from peregrine.ir import Forest, Graph, Link, Node, Op
 from peregrine.ir.forest import LIGHTGBM_ZERO_THRESHOLD
+from peregrine.ir.ops import class_pairs
 from peregrine.options import CompileOptions, Precision
 
 # ------------------------------------------------------------------------ tree semantics --
@@ -145,7 +146,24 @@ def _link(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
         return np.exp(x)
     if kind is Link.ISOLATION_SCORE:
         return -(2.0 ** (-x / float(node.attrs["denominator"])))
+    if kind is Link.LOG_SOFTMAX:
+        with np.errstate(invalid="ignore"):  # inf - inf -> NaN (rows sklearn rejects anyway)
+            return x - logsumexp_rows(x)
     raise NotImplementedError(f"reference backend: link {kind}")
+
+
+def logsumexp_rows(x: np.ndarray) -> np.ndarray:
+    """(n, 1) row-wise logsumexp in sklearn's utils._array_api._logsumexp order: the maxima
+    are counted and left out of the sum, so a row whose other entries underflow still gets
+    log(count) + max exactly (helper "logproba"; naive Bayes' predict_log_proba)."""
+    m = x.max(axis=1, keepdims=True)
+    at_max = x == m
+    count = at_max.sum(axis=1, keepdims=True, dtype=x.dtype)
+    shift = np.where(np.isfinite(m), m, 0)
+    with np.errstate(all="ignore"):  # inf - inf and log(0) -> NaN/-inf, as sklearn's rows
+        s = np.exp(np.where(at_max, -np.inf, x) - shift).sum(axis=1, keepdims=True)
+        s = np.where(s == 0, s, s / count)
+        return np.log1p(s) + np.log(count) + m
 
 
 @rule(Op.BINARY_PROBA)
@@ -304,10 +322,6 @@ def _ufunc(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
 # of libsvm's svm.cpp and sklearn.metrics.pairwise / sklearn.neighbors.
 
 
-def _pairs(k: int) -> list[tuple[int, int]]:
-    return [(i, j) for i in range(k) for j in range(i + 1, k)]
-
-
 @rule(Op.OVR_DECISION)
 def _ovr_decision(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
     # sklearn.utils.multiclass._ovr_decision_function, same accumulation order
@@ -315,7 +329,7 @@ def _ovr_decision(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
     k = int(node.attrs["n_classes"])
     votes = np.zeros((pred.shape[0], k))
     sums = np.zeros((pred.shape[0], k))
-    for p, (i, j) in enumerate(_pairs(k)):
+    for p, (i, j) in enumerate(class_pairs(k)):
         sums[:, i] -= conf[:, p]
         sums[:, j] += conf[:, p]
         votes[pred[:, p] == 0, i] += 1
@@ -413,7 +427,7 @@ def _svm_proba(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
     pair = np.minimum(np.maximum(pair, 1e-7), 1 - 1e-7)
     n = dec.shape[0]
     r = np.zeros((n, k, k))
-    for c, (i, j) in enumerate(_pairs(k)):
+    for c, (i, j) in enumerate(class_pairs(k)):
         r[:, i, j] = pair[:, c]
         r[:, j, i] = 1 - pair[:, c]
     q = coupling_q(r, k)
@@ -458,16 +472,22 @@ def _pairwise_distance(node: Node, ins: list, options: CompileOptions) -> np.nda
     return _pair_diffs(x, v, _METRICS[metric])
 
 
+def distance_weights(dist: np.ndarray) -> np.ndarray:
+    """neighbors._base._get_weights(dist, "distance"): 1 / dist per neighbour; a row with a
+    zero distance weighs its zero-distance neighbours 1 and the others 0."""
+    with np.errstate(divide="ignore"):
+        w = 1.0 / dist
+    inf = np.isinf(w)
+    return np.where(inf.any(axis=1, keepdims=True), inf.astype(np.float64), w)
+
+
 @rule(Op.KNN)
 def _knn(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
     dist = _f64(ins[0])
     k = int(node.attrs["k"])
     idx = np.argsort(dist, axis=1, kind="stable")[:, :k]  # equal distances: lowest index
-    if node.attrs["weights"] == "distance":  # neighbors._base._get_weights
-        with np.errstate(divide="ignore"):
-            w = 1.0 / np.take_along_axis(dist, idx, axis=1)
-        inf = np.isinf(w)
-        w = np.where(inf.any(axis=1, keepdims=True), inf.astype(np.float64), w)
+    if node.attrs["weights"] == "distance":
+        w = distance_weights(np.take_along_axis(dist, idx, axis=1))
     else:
         w = np.ones(idx.shape)
     values = _f64(node.attrs["values"])
@@ -494,6 +514,27 @@ def _weighted_sum(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
     for x, w in zip(ins[1:], weights[1:]):
         acc = acc + _f64(x) * w
     return acc / float(node.attrs["divisor"])
+
+
+# ------------------------------------------------- predict_log_proba (helper "logproba") --
+
+
+@rule(Op.LOG_ADD_EXP)
+def _log_add_exp(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    # ensemble/_bagging.py _parallel_predict_log_proba per job, then the reduce over jobs
+    starts, columns = [int(s) for s in node.attrs["starts"]], node.attrs["columns"]
+    jobs = []
+    with np.errstate(all="ignore"):  # NaN rows stay NaN, as sklearn's
+        for a, b in zip(starts[:-1], starts[1:]):
+            acc = np.full((ins[0].shape[0], int(node.width)), -np.inf)
+            for x, cols in zip(ins[a:b], columns[a:b]):
+                cols = np.asarray(cols, dtype=np.int64)
+                acc[:, cols] = np.logaddexp(acc[:, cols], _f64(x))
+            jobs.append(acc)
+        out = jobs[0]
+        for acc in jobs[1:]:
+            out = np.logaddexp(out, acc)
+        return out - float(node.attrs["shift"])
 
 
 @rule(Op.WEIGHTED_MEDIAN)
@@ -716,10 +757,7 @@ def knn_weights(dist: np.ndarray, weights: str) -> np.ndarray:
     """neighbors._base._get_weights, then KNNImputer's NaN (no distance) -> weight 0."""
     if weights == "uniform":
         return np.where(np.isnan(dist), 0.0, 1.0)
-    with np.errstate(divide="ignore"):
-        w = 1.0 / dist
-    inf = np.isinf(w)
-    w = np.where(inf.any(axis=1, keepdims=True), inf.astype(np.float64), w)
+    w = distance_weights(dist)
     return np.where(np.isnan(w), 0.0, w)
 
 

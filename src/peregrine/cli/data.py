@@ -227,7 +227,7 @@ def _one_line(exc: BaseException) -> str:
 
 def output_frame(method: str, values: np.ndarray, classes: np.ndarray | None) -> Any:
     """Predictions as a DataFrame: one column for 1-D outputs; for 2-D outputs one column per
-    class (``proba_<label>``) or per output (``<method>_<j>``)."""
+    class (``proba_<label>``, ``log_proba_<label>``) or per output (``<method>_<j>``)."""
     import pandas as pd
 
     if values.ndim == 1:
@@ -235,6 +235,8 @@ def output_frame(method: str, values: np.ndarray, classes: np.ndarray | None) ->
     width = values.shape[1]
     if method == "predict_proba" and classes is not None and len(classes) == width:
         names = [f"proba_{c}" for c in classes]
+    elif method == "predict_log_proba" and classes is not None and len(classes) == width:
+        names = [f"log_proba_{c}" for c in classes]
     else:
         names = [f"{method}_{j}" for j in range(width)]
     return pd.DataFrame(values, columns=names)

@@ -45,7 +45,8 @@ def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
     p.add_argument(
         "--method",
         default="predict",
-        help="predict, predict_proba, decision_function, ... (default: predict); "
+        help="predict, predict_proba, predict_log_proba, decision_function, ... (default: "
+        "predict); "
         "'peregrine inspect' lists the artifact's methods",
     )
     p.add_argument(

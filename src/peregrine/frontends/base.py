@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 
 from peregrine.errors import NotFittedError, UnsupportedModelError
-from peregrine.ir import Graph
+from peregrine.ir import Graph, GraphBuilder, Link, Op
 from peregrine.registry import TypeRegistry
 
 INPUT_ERRORS = "input_errors"  # graph output checked by the runtime (ModelSpec.input_checks)
-METHOD_NAMES = ("predict", "predict_proba", "decision_function", "transform", "score_samples")
+METHOD_NAMES = ("predict", "predict_proba", "predict_log_proba", "decision_function",
+                "transform", "score_samples")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,30 @@ FRONTENDS: TypeRegistry[Converter] = TypeRegistry("frontend")
 def register_frontend(*classes: type, library: str, methods: tuple[str, ...], notes: str = ""):
     """Register ``fn(model) -> ModelSpec`` for ``classes``; the info feeds ``supported_models``."""
     return FRONTENDS.register(*classes, library=library, methods=methods, notes=notes)
+
+
+def add_log_proba(g: GraphBuilder, outputs: dict[str, str], methods: dict[str, MethodSpec],
+                  width: int, *, scores: str | None = None, floor_zeros: bool = False) -> None:
+    """Add ``predict_log_proba`` next to ``outputs["predict_proba"]`` (``width`` classes),
+    computed as the source class computes it; call it only for classes that have the method:
+
+    * default: ``np.log(predict_proba(X))`` (trees, forests, GB, AdaBoost, logistic and SGD,
+      MLP, SVC): a zero probability gives -inf, as numpy does (without its warning);
+    * ``scores``: ``scores - logsumexp(scores)`` (naive Bayes' jll, QDA's scores): finite where
+      the probability underflows to 0 (``Link.LOG_SOFTMAX``);
+    * ``floor_zeros``: LinearDiscriminantAnalysis adds ``finfo.smallest_normal`` to the exact
+      zeros of predict_proba before the log (an IMPUTE of the value 0)."""
+    if scores is not None:
+        node = g.add(Op.LINK, (scores,), width=width, kind=Link.LOG_SOFTMAX)
+    else:
+        node = outputs["predict_proba"]
+        if floor_zeros:
+            tiny = float(np.finfo(np.float64).smallest_normal)
+            node = g.add(Op.IMPUTE, (node,), width=width, values=np.full(width, tiny),
+                         missing=0.0)
+        node = g.add(Op.UFUNC, (node,), width=width, name="log")
+    outputs["predict_log_proba"] = node
+    methods["predict_log_proba"] = MethodSpec("predict_log_proba")
 
 
 def qualified_name(model: Any) -> str:

@@ -320,7 +320,7 @@ def _score_graph(forest, link: Link, link_attrs: dict):
     x = g.input(forest.n_features)
     raw = g.add(Op.TREE_ENSEMBLE, (x,), width=forest.n_outputs, forest=forest)
     score = g.add(Op.LINK, (raw,), width=forest.n_outputs, kind=link, **link_attrs)
-    return g, score
+    return g, raw, score
 
 
 def _check_predict_params(model: Any) -> None:
@@ -339,7 +339,7 @@ def convert_booster(model: Any, booster: Booster, kind: str) -> ModelSpec:
     header, trees, params = parse_model_string(text)
     forest = forest_from_text(model, header, trees)
     link, link_attrs = objective_link(model, header.get("objective", ""))
-    g, score = _score_graph(forest, link, link_attrs)
+    g, raw, score = _score_graph(forest, link, link_attrs)
     k = forest.n_outputs
     if kind == "classifier":
         n_classes = int(model.n_classes_)
@@ -347,13 +347,20 @@ def convert_booster(model: Any, booster: Booster, kind: str) -> ModelSpec:
             raise unsupported(model, f"{n_classes} classes with {k} trees per iteration")
         proba = score if k > 1 else g.add(Op.BINARY_PROBA, (score,), width=2)
         label = g.add(Op.ARGMAX, (proba,), dtype="int64", width=1)
-        graph = g.build({"predict_proba": proba, "predict": label})
+        outputs = {"predict_proba": proba, "predict": label}
         methods = {"predict": MethodSpec("predict", labels=np.asarray(model.classes_)),
                    "predict_proba": MethodSpec("predict_proba")}
     else:
         names = ("predict", "predict_proba") if kind == "custom-classifier" else ("predict",)
-        graph = g.build({n: score for n in names})
+        outputs = {n: score for n in names}
         methods = {n: MethodSpec(n, squeeze=k == 1) for n in names}
+    if kind != "raw" and _HAS_DECISION:  # the raw margin, before the objective's link
+        if forest.aggregation is Aggregation.AVERAGE:
+            # rf: LightGBM's raw score is the trees' sum; only the link sees their average
+            raw = g.add(Op.AFFINE, (raw,), width=k, scale=forest.output_divisor(), shift=0.0)
+        outputs["decision_function"] = raw
+        methods["decision_function"] = MethodSpec("decision_function", squeeze=k == 1)
+    graph = g.build(outputs)
     return ModelSpec(
         graph=graph,
         methods=methods,
@@ -376,8 +383,13 @@ def _fitted_booster(model: Any) -> Booster:
     return model.booster_
 
 
+# LGBMClassifier.decision_function (the raw margin) exists from LightGBM 4.7 on
+_HAS_DECISION = hasattr(LGBMClassifier, "decision_function")
+
+
 @register_frontend(
-    LGBMClassifier, library="lightgbm", methods=("predict", "predict_proba"),
+    LGBMClassifier, library="lightgbm",
+    methods=("predict", "predict_proba") + (("decision_function",) if _HAS_DECISION else ()),
     notes="binary/multiclass/multiclassova/cross_entropy; gbdt, dart, rf; NaN, +-inf, "
           "categorical splits and pandas categories",
 )

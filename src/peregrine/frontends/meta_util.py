@@ -20,14 +20,7 @@ from peregrine.ir import Op
 
 def node_width(ctx: Context, node: str) -> int:
     """Columns of a node already added to the graph being built."""
-    # GraphBuilder keeps its nodes in order and offers no lookup; widths are set on every
-    # node the frontends add, so the answer is always known here
-    for n in reversed(ctx.g._nodes):
-        if n.name == node:
-            if n.width is None:
-                break
-            return int(n.width)
-    raise RuntimeError(f"node {node!r} has no known width")
+    return ctx.g.width(node)
 
 
 def sub_head(meta: Any, est: Any, ctx: Context, flow: Flow, *methods: str) -> Head:
@@ -37,6 +30,19 @@ def sub_head(meta: Any, est: Any, ctx: Context, flow: Flow, *methods: str) -> He
         if m not in head.outputs:
             raise unsupported(meta, f"sub-estimator {qualified_name(est)} without {m}")
     return head
+
+
+def response(meta: Any, est: Any, head: Head, method: str) -> str | None:
+    """The member's ``method`` output, or None when sklearn's ``est`` lacks it too. sklearn
+    picks a member's response by ``hasattr`` (decision_function before predict_proba, vote
+    when there is no predict_proba): were Peregrine to lack a method the member has, it would
+    silently pick another response than sklearn, so that is refused."""
+    if method in head.outputs:
+        return head.outputs[method]
+    if hasattr(est, method):
+        raise unsupported(meta, f"member {qualified_name(est)}: its {method}, which sklearn "
+                          "uses here,")
+    return None
 
 
 def class_positions(meta: Any, labels: Any, classes: Any) -> np.ndarray:

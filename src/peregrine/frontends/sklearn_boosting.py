@@ -50,6 +50,7 @@ from sklearn.utils._missing import is_scalar_nan
 from peregrine.frontends.base import (
     MethodSpec,
     ModelSpec,
+    add_log_proba,
     register_frontend,
     require_fitted,
     unsupported,
@@ -60,9 +61,11 @@ from peregrine.ir import GraphBuilder, Link, Op, concat_trees, make_forest
 # ---------------------------------------------------------------------------- graph tails --
 
 
-def _classifier_graph(forest, pre, labels, proba_link: dict, strict: bool):
+def _classifier_graph(forest, pre, labels, proba_link: dict, strict: bool,
+                      log_proba: bool = False):
     """raw -> decision_function; link -> predict_proba; raw -> label. ``strict`` is the binary
-    rule: HGB predicts class 1 iff raw > 0, GB iff raw >= 0 (see their predict methods)."""
+    rule: HGB predicts class 1 iff raw > 0, GB iff raw >= 0 (see their predict methods).
+    ``log_proba``: also predict_log_proba = np.log(predict_proba) (GB has it, HGB does not)."""
     g = GraphBuilder()
     x = g.input(forest.n_features)
     if pre is not None:
@@ -76,13 +79,15 @@ def _classifier_graph(forest, pre, labels, proba_link: dict, strict: bool):
     else:
         proba = g.add(Op.LINK, (raw,), width=k, kind=Link.SOFTMAX)
         label = g.add(Op.ARGMAX, (raw,), dtype="int64", width=1)  # argmax of raw, as sklearn
-    graph = g.build({"decision_function": raw, "predict_proba": proba, "predict": label})
+    outputs = {"decision_function": raw, "predict_proba": proba, "predict": label}
     methods = {
         "predict": MethodSpec("predict", labels=np.asarray(labels)),
         "predict_proba": MethodSpec("predict_proba"),
         "decision_function": MethodSpec("decision_function", squeeze=k == 1),
     }
-    return graph, methods
+    if log_proba:
+        add_log_proba(g, outputs, methods, max(k, 2))
+    return g.build(outputs), methods
 
 
 def _regressor_graph(forest, pre, link: Link):
@@ -154,7 +159,7 @@ def _gb_forest(model: Any):
 
 @register_frontend(
     GradientBoostingClassifier, library="scikit-learn",
-    methods=("predict", "predict_proba", "decision_function"),
+    methods=("predict", "predict_proba", "predict_log_proba", "decision_function"),
     notes="log_loss (binary/multiclass), exponential; init None/'zero'/Dummy",
 )
 def convert_gb_classifier(model: Any) -> ModelSpec:
@@ -168,7 +173,8 @@ def convert_gb_classifier(model: Any) -> ModelSpec:
     else:
         raise unsupported(model, f"loss {type(loss).__name__}", "log_loss, exponential")
     # GB binary predict: (raw >= 0) -> class 1 (_gb.py GradientBoostingClassifier.predict)
-    graph, methods = _classifier_graph(forest, None, model.classes_, link, strict=False)
+    graph, methods = _classifier_graph(forest, None, model.classes_, link, strict=False,
+                                       log_proba=True)
     return tree_model_spec(model, graph, methods, model.n_features_in_,
                            allow_nan=_gb_accepts_nan(model))
 

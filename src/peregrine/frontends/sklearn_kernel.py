@@ -26,38 +26,24 @@ from sklearn.decomposition import KernelPCA
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 from sklearn.svm import SVC, SVR, NuSVC, NuSVR, OneClassSVM
 
-from peregrine.frontends.base import MethodSpec, register_frontend, require_fitted, unsupported
-from peregrine.frontends.sklearn_pipeline import convert_single
-from peregrine.frontends.steps import (
-    Context,
-    Flow,
-    Head,
-    check_no_strings,
-    register_head,
-    register_step,
+from peregrine.frontends.base import (
+    MethodSpec,
+    add_log_proba,
+    register_frontend,
+    require_fitted,
+    unsupported,
 )
+from peregrine.frontends.sklearn_models import _linear, _numeric_input, _out
+from peregrine.frontends.sklearn_pipeline import convert_single
+from peregrine.frontends.steps import Context, Flow, Head, register_head, register_step
 from peregrine.ir import Op
+from peregrine.ir.ops import class_pairs
 
 KERNELS = ("linear", "poly", "rbf", "sigmoid")
 
 
-def _numeric_input(est: Any, ctx: Context, flow: Flow) -> None:
-    check_no_strings(est, ctx, flow)
-    ctx.reject_nan(flow)  # check_array rejects NaN and inf in all of these
-
-
 def _f64(a: Any) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
-
-
-def _linear(ctx: Context, x: str, weight: Any, bias: Any) -> str:
-    w = _f64(weight)
-    b = np.broadcast_to(_f64(bias), (w.shape[1],)).copy()
-    return ctx.g.add(Op.LINEAR, (x,), width=w.shape[1], weight=w, bias=b)
-
-
-def _pairs(k: int) -> list[tuple[int, int]]:
-    return [(i, j) for i in range(k) for j in range(i + 1, k)]
 
 
 # ---------------------------------------------------------------------------- SVMs --
@@ -94,8 +80,8 @@ def _pair_weights(est: Any) -> np.ndarray:
     n_sv = np.asarray(est._n_support, dtype=np.int64)
     start = np.concatenate([[0], np.cumsum(n_sv)])
     k = len(n_sv)
-    w = np.zeros((coef.shape[1], len(_pairs(k))))
-    for p, (i, j) in enumerate(_pairs(k)):
+    w = np.zeros((coef.shape[1], len(class_pairs(k))))
+    for p, (i, j) in enumerate(class_pairs(k)):
         si, sj = slice(start[i], start[i + 1]), slice(start[j], start[j + 1])
         w[si, p] = coef[j - 1, si]
         w[sj, p] = coef[i, sj]
@@ -105,7 +91,7 @@ def _pair_weights(est: Any) -> np.ndarray:
 def _libsvm_votes(ctx: Context, dec: str, k: int) -> str:
     """svm_predict_values' vote counts: vote_i = sum (dec_p > 0), vote_j = sum (dec_p <= 0),
     a LINEAR of the 0/1 indicators (small integers, exact)."""
-    pairs = _pairs(k)
+    pairs = class_pairs(k)
     pos = ctx.g.add(Op.BINARIZE, (dec,), width=len(pairs), threshold=0.0)
     w, b = np.zeros((len(pairs), k)), np.zeros(k)
     for p, (i, j) in enumerate(pairs):
@@ -116,6 +102,9 @@ def _libsvm_votes(ctx: Context, dec: str, k: int) -> str:
 
 @register_head(SVC, NuSVC)
 def head_svc(est: Any, ctx: Context, flow: Flow) -> Head:
+    if est.break_ties and est.decision_function_shape == "ovo":  # BaseSVC.predict raises
+        raise unsupported(est, "break_ties=True with decision_function_shape='ovo' (sklearn's "
+                          "predict raises ValueError)")
     kern = _svm_kernel(est, ctx, flow)
     k = len(est.classes_)
     w, b = _pair_weights(est), _f64(est._intercept_)
@@ -139,6 +128,7 @@ def head_svc(est: Any, ctx: Context, flow: Flow) -> Head:
                           prob_a=_f64(est._probA), prob_b=_f64(est._probB))
         outputs["predict_proba"] = proba
         methods["predict_proba"] = MethodSpec("predict_proba")
+        add_log_proba(ctx.g, outputs, methods, k)  # np.log(self.predict_proba(X))
     return Head(outputs, methods)
 
 
@@ -184,13 +174,16 @@ def _distances(est: Any, ctx: Context, flow: Flow) -> str:
         raise unsupported(est, f"metric_params {sorted(params)}", "p")
     if metric == "minkowski" and not (np.isfinite(p) and p >= 1):
         raise unsupported(est, f"minkowski p={p!r}", "finite p >= 1")
-    if not callable(est.weights) and est.weights not in ("uniform", "distance"):
-        raise unsupported(est, f"weights={est.weights!r}", "uniform, distance")
-    if callable(est.weights):
-        raise unsupported(est, "callable weights", "uniform, distance")
+    if callable(est.weights) or est.weights not in ("uniform", "distance"):
+        what = "callable weights" if callable(est.weights) else f"weights={est.weights!r}"
+        raise unsupported(est, what, "uniform, distance")
     fit_x = _f64(est._fit_X)
     if fit_x.ndim != 2 or fit_x.shape[1] != flow.width:
         raise unsupported(est, "a precomputed or sparse fit", "dense X")
+    if int(est.n_neighbors) > fit_x.shape[0]:  # kneighbors raises on every call
+        raise unsupported(est, f"n_neighbors={est.n_neighbors} with n_samples_fit_="
+                          f"{fit_x.shape[0]} (sklearn's predict raises ValueError: expected "
+                          "n_neighbors <= n_samples_fit)")
     return ctx.g.add(Op.PAIRWISE_DISTANCE, (flow.node,), width=fit_x.shape[0], metric=metric,
                      p=float(p), vectors=fit_x)
 
@@ -243,13 +236,13 @@ def step_kernel_pca(est: Any, ctx: Context, flow: Flow) -> Flow:
     nz = np.flatnonzero(val)  # null-space components project to 0, as sklearn
     alphas = np.zeros_like(vec)
     alphas[:, nz] = vec[:, nz] / np.sqrt(val[nz])
-    node = _linear(ctx, kern, alphas, 0.0)
-    return Flow(node, (None,) * alphas.shape[1], nan=False, keeps_dtype=False)
+    return _out(flow, _linear(ctx, kern, alphas, 0.0), alphas.shape[1])
 
 
 _CLASSIFIER_NOTES = "kernels linear/poly/rbf/sigmoid; ovr/ovo, break_ties, probability"
 register_frontend(SVC, NuSVC, library="scikit-learn",
-                  methods=("predict", "decision_function", "predict_proba"),
+                  methods=("predict", "decision_function", "predict_proba",
+                           "predict_log_proba"),
                   notes=_CLASSIFIER_NOTES)(convert_svm)
 register_frontend(SVR, NuSVR, library="scikit-learn", methods=("predict",),
                   notes="kernels linear/poly/rbf/sigmoid")(convert_svm)

@@ -56,7 +56,13 @@ from sklearn.linear_model import (
 )
 from sklearn.svm import LinearSVC, LinearSVR
 
-from peregrine.frontends.base import MethodSpec, register_frontend, require_fitted, unsupported
+from peregrine.frontends.base import (
+    MethodSpec,
+    add_log_proba,
+    register_frontend,
+    require_fitted,
+    unsupported,
+)
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, check_no_strings, register_head
 from peregrine.ir import Link, Op
@@ -141,13 +147,21 @@ def head_linear_classifier(est: Any, ctx: Context, flow: Flow) -> Head:
     if proba is not None:
         outputs["predict_proba"] = proba
         methods["predict_proba"] = MethodSpec("predict_proba")
+        # both classes define predict_log_proba as np.log(self.predict_proba(X)); SGD's only
+        # where it has predict_proba (available_if(_check_proba))
+        add_log_proba(ctx.g, outputs, methods, max(k, 2))
     return Head(outputs, methods)
 
 
 register_frontend(*REGRESSORS, *GLMS, library="scikit-learn", methods=("predict",),
                   notes="X @ coef_ + intercept_ in float64; GLMs with log/identity link"
                   )(convert_single)
-register_frontend(*CLASSIFIERS, library="scikit-learn",
-                  methods=("predict", "predict_proba", "decision_function"),
-                  notes="binary and multiclass; predict_proba for LogisticRegression(CV) and "
-                  "SGDClassifier log_loss/modified_huber")(convert_single)
+_PROBA = (LogisticRegression, LogisticRegressionCV, SGDClassifier)
+register_frontend(*_PROBA, library="scikit-learn",
+                  methods=("predict", "predict_proba", "predict_log_proba",
+                           "decision_function"),
+                  notes="binary and multiclass; predict_proba/predict_log_proba for "
+                  "LogisticRegression(CV) and SGDClassifier log_loss/modified_huber")(convert_single)
+register_frontend(*[c for c in CLASSIFIERS if c not in _PROBA], library="scikit-learn",
+                  methods=("predict", "decision_function"),
+                  notes="binary and multiclass")(convert_single)

@@ -1,7 +1,7 @@
-"""scikit-learn composition meta-estimators: Voting, Stacking, TransformedTargetRegressor,
-MultiOutput, RegressorChain/ClassifierChain and the hyper-parameter searches (their
-``best_estimator_``). Bagging, AdaBoost, calibration and the multiclass wrappers are in
-``sklearn_meta_ensembles.py``. Every sub-estimator is converted with ``steps.convert_head``,
+"""scikit-learn composition meta-estimators: Voting, Stacking, MultiOutput,
+RegressorChain/ClassifierChain and the hyper-parameter searches (their ``best_estimator_``).
+Bagging, AdaBoost, calibration and the multiclass wrappers are in
+``sklearn_meta_ensembles.py``, TransformedTargetRegressor in ``sklearn_meta_target.py``. Every sub-estimator is converted with ``steps.convert_head``,
 so anything Peregrine supports (linear models, trees, boosting, XGBoost, LightGBM, pipelines,
 other meta-estimators) works inside them; outputs are combined in sklearn's order of
 operations (sklearn 1.9 sources named per function):
@@ -13,8 +13,6 @@ operations (sklearn 1.9 sources named per function):
 * Stacking (ensemble/_stacking.py ``_concatenate_predictions``): members' stack_method_
   outputs, 1-D ones as columns, predict_proba's first column dropped for two classes, then X
   when passthrough; the final estimator reads that hstack (float64).
-* TransformedTargetRegressor (compose/_target.py): ``transformer_.inverse_transform`` of the
-  regressor's predictions, squeezed when fitted on a 1-D target.
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sklearn.compose import TransformedTargetRegressor
 from sklearn.ensemble import (
     StackingClassifier,
     StackingRegressor,
@@ -36,16 +33,18 @@ from sklearn.multioutput import (
     MultiOutputRegressor,
     RegressorChain,
 )
-from sklearn.preprocessing import (
-    FunctionTransformer,
-    MaxAbsScaler,
-    MinMaxScaler,
-    RobustScaler,
-    StandardScaler,
-)
 
-from peregrine.frontends import sklearn_meta_ensembles  # noqa: F401  (registers its heads)
-from peregrine.frontends.base import MethodSpec, register_frontend, require_fitted, unsupported
+from peregrine.frontends import (  # noqa: F401  (they register their heads)
+    sklearn_meta_ensembles,
+    sklearn_meta_target,
+)
+from peregrine.frontends.base import (
+    MethodSpec,
+    add_log_proba,
+    register_frontend,
+    require_fitted,
+    unsupported,
+)
 from peregrine.frontends.meta_util import (
     computed_flow,
     concat_nodes,
@@ -60,7 +59,6 @@ from peregrine.frontends.meta_util import (
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, concat, convert_head, register_head
 from peregrine.ir import Op
-from peregrine.ir.ops import UFUNCS
 
 try:  # the successive-halving searches live in a module sklearn marks experimental
     from sklearn.model_selection._search_successive_halving import (
@@ -72,7 +70,8 @@ try:  # the successive-halving searches live in a module sklearn marks experimen
 except ImportError:  # pragma: no cover - older/newer sklearn layouts
     SEARCHES = (GridSearchCV, RandomizedSearchCV)
 
-CLASSIFIER_METHODS = ("predict", "predict_proba", "decision_function", "transform")
+CLASSIFIER_METHODS = ("predict", "predict_proba", "predict_log_proba", "decision_function",
+                      "transform")
 
 
 # -------------------------------------------------------------------------- Voting --
@@ -83,6 +82,18 @@ def _voting_weights(model: Any) -> list[float] | None:
     if model.weights is None:
         return None
     return [float(w) for (_, est), w in zip(model.estimators, model.weights) if est != "drop"]
+
+
+def _average_divisor(model: Any, weights: list[float] | None, count: int) -> float:
+    """np.average's denominator: the weights' np.sum (which raises ZeroDivisionError at 0 on
+    every call in sklearn, so such a model is refused), or the member count."""
+    if weights is None:
+        return float(count)
+    total = float(np.sum(np.asarray(weights, dtype=np.float64)))
+    if total == 0.0:
+        raise unsupported(model, "weights summing to 0 (np.average raises ZeroDivisionError "
+                          "in sklearn's predict)")
+    return total
 
 
 @register_head(VotingClassifier)
@@ -98,8 +109,8 @@ def head_voting_classifier(model: VotingClassifier, ctx: Context, flow: Flow) ->
             if not np.array_equal(encoded_positions(model, e, k), np.arange(k)):
                 raise unsupported(model, "a member that saw only some classes")
         probas = [h.outputs["predict_proba"] for h in heads]
-        # np.average: sum(p_i * w_i) / sum(w) (the weight sum in estimator order), or mean
-        divisor = sum(weights) if weights is not None else float(len(ests))
+        # np.average over the estimator axis: sum(p_i * w_i) / np.sum(w), or the mean
+        divisor = _average_divisor(model, weights, len(ests))
         proba = weighted_sum(ctx, probas, weights or ones, divisor)
         label = ctx.g.add(Op.ARGMAX, (proba,), dtype="int64", width=1)
         outputs = {"predict": label, "predict_proba": proba}
@@ -135,7 +146,7 @@ def head_voting_regressor(model: VotingRegressor, ctx: Context, flow: Flow) -> H
             raise unsupported(model, "multi-output members")
         preds.append(head.outputs["predict"])
     weights = _voting_weights(model)
-    divisor = sum(weights) if weights is not None else float(len(preds))
+    divisor = _average_divisor(model, weights, len(preds))
     pred = weighted_sum(ctx, preds, weights or [1.0] * len(preds), divisor)
     return Head({"predict": pred, "transform": concat_nodes(ctx, preds)},
                 {"predict": MethodSpec("predict", squeeze=True),
@@ -197,58 +208,6 @@ def head_stacking_regressor(model: StackingRegressor, ctx: Context, flow: Flow) 
     return Head({"predict": final.outputs["predict"], "transform": meta.node},
                 {"predict": final.methods["predict"],
                  "transform": MethodSpec("transform", dtype=dtype)})
-
-
-# ------------------------------------------------------- TransformedTargetRegressor --
-
-
-def _inverse(model: Any, trans: Any, ctx: Context, node: str, width: int) -> str:
-    """``trans.inverse_transform`` of ``node`` in the transformer's own order of operations."""
-    def per_col(value: Any, default: float) -> np.ndarray:
-        v = default if value is None else value
-        return np.broadcast_to(np.asarray(v, dtype=np.float64), (width,)).copy()
-
-    if isinstance(trans, StandardScaler):  # X *= scale_; X += mean_
-        scale = per_col(trans.scale_ if trans.with_std else None, 1.0)
-        shift = per_col(trans.mean_ if trans.with_mean else None, 0.0)
-        return ctx.g.add(Op.AFFINE, (node,), width=width, scale=scale, shift=shift)
-    if isinstance(trans, RobustScaler):  # X *= scale_; X += center_
-        scale = per_col(trans.scale_ if trans.with_scaling else None, 1.0)
-        shift = per_col(trans.center_ if trans.with_centering else None, 0.0)
-        return ctx.g.add(Op.AFFINE, (node,), width=width, scale=scale, shift=shift)
-    if isinstance(trans, MaxAbsScaler):  # X *= scale_
-        return ctx.g.add(Op.AFFINE, (node,), width=width, scale=per_col(trans.scale_, 1.0),
-                         shift=per_col(None, 0.0))
-    if isinstance(trans, MinMaxScaler):  # X -= min_; X /= scale_
-        return ctx.g.add(Op.CENTER_SCALE, (node,), width=width, center=per_col(trans.min_, 0.0),
-                         scale=per_col(trans.scale_, 1.0))
-    if isinstance(trans, FunctionTransformer):
-        func = trans.inverse_func
-        if trans.inv_kw_args:
-            raise unsupported(model, "transformer inv_kw_args")
-        if func is None:
-            return node
-        name = getattr(func, "__name__", None)
-        if not (isinstance(func, np.ufunc) and name in UFUNCS):
-            raise unsupported(model, f"inverse_func={func!r}",
-                              "None or numpy ufuncs " + ", ".join(UFUNCS))
-        return ctx.g.add(Op.UFUNC, (node,), width=width, name=name)
-    raise unsupported(model, f"transformer {type(trans).__name__}",
-                      "StandardScaler, RobustScaler, MaxAbsScaler, MinMaxScaler, "
-                      "FunctionTransformer/func+inverse_func with numpy ufuncs")
-
-
-@register_head(TransformedTargetRegressor)
-def head_transformed_target(model: TransformedTargetRegressor, ctx: Context,
-                            flow: Flow) -> Head:
-    require_fitted(model, "regressor_", "transformer_")
-    head = sub_head(model, model.regressor_, ctx, flow, "predict")
-    pred = head.outputs["predict"]
-    width = node_width(ctx, pred)
-    out = _inverse(model, model.transformer_, ctx, pred, width)
-    # predict squeezes (n, 1) back to 1-D when fit saw a 1-D y (_training_dim, set by fit)
-    squeeze = getattr(model, "_training_dim", 1) == 1 and width == 1
-    return Head({"predict": out}, {"predict": MethodSpec("predict", squeeze=squeeze)})
 
 
 # -------------------------------------------------------------------- MultiOutput --
@@ -326,7 +285,10 @@ def _head_chain(model: Any, ctx: Context, flow: Flow) -> Head:
     inv[order] = np.arange(len(order))
     nodes = {m: select_columns(ctx, concat_nodes(ctx, cols), inv) for m, cols in outputs.items()}
     # Y_output_chain is a float64 array: labels come back as float64 too
-    return Head(nodes, {m: MethodSpec(m) for m in nodes})
+    methods = {m: MethodSpec(m) for m in nodes}
+    if "predict_proba" in nodes:  # ClassifierChain: np.log(self.predict_proba(X))
+        add_log_proba(ctx.g, nodes, methods, len(order))
+    return Head(nodes, methods)
 
 
 register_head(RegressorChain, ClassifierChain)(_head_chain)
@@ -373,14 +335,12 @@ register_frontend(VotingClassifier, library="scikit-learn",
                   "flatten_transform (soft) or hard")(convert_single)
 register_frontend(VotingRegressor, library="scikit-learn", methods=("predict", "transform"),
                   notes="weights; any supported members")(convert_single)
-register_frontend(StackingClassifier, library="scikit-learn", methods=CLASSIFIER_METHODS,
+register_frontend(StackingClassifier, library="scikit-learn",
+                  methods=("predict", "predict_proba", "decision_function", "transform"),
                   notes="stack_method auto/predict_proba/decision_function/predict, "
                   "passthrough; binary probabilities drop their first column")(convert_single)
 register_frontend(StackingRegressor, library="scikit-learn", methods=("predict", "transform"),
                   notes="passthrough; any supported members and final estimator")(convert_single)
-register_frontend(TransformedTargetRegressor, library="scikit-learn", methods=("predict",),
-                  notes="transformer StandardScaler/RobustScaler/MaxAbsScaler/MinMaxScaler, "
-                  "or func/inverse_func numpy ufuncs")(convert_single)
 register_frontend(MultiOutputRegressor, library="scikit-learn", methods=("predict",),
                   notes="single-output members")(convert_single)
 register_frontend(MultiOutputClassifier, library="scikit-learn", methods=("predict",),
@@ -389,7 +349,8 @@ register_frontend(MultiOutputClassifier, library="scikit-learn", methods=("predi
 register_frontend(RegressorChain, library="scikit-learn", methods=("predict",),
                   notes="order, cv; rejects NaN as sklearn does")(convert_single)
 register_frontend(ClassifierChain, library="scikit-learn",
-                  methods=("predict", "predict_proba", "decision_function"),
+                  methods=("predict", "predict_proba", "predict_log_proba",
+                           "decision_function"),
                   notes="binary members; chain_method predict/predict_proba/"
                   "decision_function; predict returns float64 labels as sklearn")(convert_single)
 register_frontend(*SEARCHES, library="scikit-learn", methods=CLASSIFIER_METHODS,

@@ -6,7 +6,9 @@ named per function). Registered from ``sklearn_meta.py``; helpers in ``meta_util
   predict_proba sums members' probabilities (a member that saw only some classes adds into
   its own columns; one without predict_proba adds a one-hot vote) per joblib job, sums the
   jobs, divides by n_estimators; predict = argmax. decision_function / regression: the same
-  sums of members' outputs.
+  sums of members' outputs. predict_log_proba: members' log-probabilities through
+  np.logaddexp (per job, then jobs) minus log(n_estimators), or log(predict_proba) when the
+  base estimator has no predict_log_proba (_bagging.py).
 * AdaBoostClassifier.decision_function: sum over members of ``where(pred == classes, w,
   -1/(K-1) * w)`` (a per-member lookup table on the one-hot prediction), divided by
   ``estimator_weights_.sum()``; binary: ``-d0 + d1``. predict_proba:
@@ -36,6 +38,7 @@ from sklearn.multiclass import OneVsOneClassifier, OneVsRestClassifier
 
 from peregrine.frontends.base import (
     MethodSpec,
+    add_log_proba,
     qualified_name,
     register_frontend,
     require_fitted,
@@ -47,6 +50,7 @@ from peregrine.frontends.meta_util import (
     label_values,
     node_width,
     one_hot_prediction,
+    response,
     select_columns,
     sub_head,
     weighted_sum,
@@ -94,8 +98,9 @@ def head_bagging_classifier(model: BaggingClassifier, ctx: Context, flow: Flow) 
     for est, head in zip(model.estimators_, heads):
         pos = np.asarray(est.classes_).astype(np.int64)  # members saw encoded targets
         full = full and len(pos) == k
-        if "predict_proba" in head.outputs:
-            probas.append(_scatter(ctx, head.outputs["predict_proba"], pos, k))
+        member_proba = response(model, est, head, "predict_proba")  # hasattr, as sklearn
+        if member_proba is not None:
+            probas.append(_scatter(ctx, member_proba, pos, k))
         else:  # resort to voting: proba[i, predictions[i]] += 1
             probas.append(one_hot_prediction(ctx, head, pos, k))
     proba = _job_mean(ctx, model, probas)
@@ -103,6 +108,7 @@ def head_bagging_classifier(model: BaggingClassifier, ctx: Context, flow: Flow) 
     outputs = {"predict": label, "predict_proba": proba}
     methods = {"predict": MethodSpec("predict", labels=np.asarray(model.classes_)),
                "predict_proba": MethodSpec("predict_proba")}
+    _bagging_log_proba(model, ctx, heads, outputs, methods, k)
     # decision_function sums members' arrays as they are: only when every member saw every
     # class (sklearn cannot add differently shaped decisions either)
     if full and all("decision_function" in h.outputs for h in heads):
@@ -110,6 +116,26 @@ def head_bagging_classifier(model: BaggingClassifier, ctx: Context, flow: Flow) 
             ctx, model, [h.outputs["decision_function"] for h in heads])
         methods["decision_function"] = MethodSpec("decision_function", squeeze=k == 2)
     return Head(outputs, methods)
+
+
+def _bagging_log_proba(model: Any, ctx: Context, heads: list[Head], outputs: dict[str, str],
+                       methods: dict[str, MethodSpec], k: int) -> None:
+    """predict_log_proba: np.log(predict_proba) when estimator_ has no predict_log_proba;
+    else the members' log-probabilities combined by np.logaddexp per joblib job (a member's
+    classes into their columns), the jobs likewise, minus log(n_estimators) (Op.LOG_ADD_EXP):
+    finite where a member's log-probability is (naive Bayes), unlike log(predict_proba)."""
+    if not hasattr(model.estimator_, "predict_log_proba"):
+        add_log_proba(ctx.g, outputs, methods, k)
+        return
+    for est, head in zip(model.estimators_, heads):
+        if "predict_log_proba" not in head.outputs:
+            raise unsupported(model, f"member {qualified_name(est)} without predict_log_proba")
+    _, _, starts = _partition_estimators(model.n_estimators, model.n_jobs)
+    outputs["predict_log_proba"] = ctx.g.add(
+        Op.LOG_ADD_EXP, tuple(h.outputs["predict_log_proba"] for h in heads), width=k,
+        columns=[np.asarray(e.classes_).astype(np.int64) for e in model.estimators_],
+        starts=[int(v) for v in starts], shift=float(np.log(model.n_estimators)))
+    methods["predict_log_proba"] = MethodSpec("predict_log_proba")
 
 
 @register_head(BaggingRegressor)
@@ -156,10 +182,12 @@ def head_adaboost_classifier(model: AdaBoostClassifier, ctx: Context, flow: Flow
         label = ctx.g.add(Op.ARGMAX, (dec,), dtype="int64", width=1)
         scaled = weighted_sum(ctx, [dec], [1.0], k - 1)  # decision /= n_classes - 1
     proba = ctx.g.add(Op.LINK, (scaled,), width=k, kind=Link.SOFTMAX)
-    return Head({"predict": label, "decision_function": dec, "predict_proba": proba},
+    head = Head({"predict": label, "decision_function": dec, "predict_proba": proba},
                 {"predict": MethodSpec("predict", labels=classes),
                  "decision_function": MethodSpec("decision_function", squeeze=k == 2),
                  "predict_proba": MethodSpec("predict_proba")})
+    add_log_proba(ctx.g, head.outputs, head.methods, k)  # np.log(self.predict_proba(X))
+    return head
 
 
 @register_head(AdaBoostRegressor)
@@ -185,15 +213,15 @@ def _calibrated(model: Any, cc: Any, ctx: Context, flow: Flow, classes: np.ndarr
     """One _CalibratedClassifier.predict_proba."""
     est, k = cc.estimator, len(classes)
     head = sub_head(model, est, ctx, flow)
-    if "decision_function" in head.outputs:  # response_method: decision_function first
-        pred = head.outputs["decision_function"]
-    elif "predict_proba" in head.outputs:
-        pred = head.outputs["predict_proba"]
+    # _get_response_values: decision_function first, then predict_proba
+    pred = response(model, est, head, "decision_function")
+    if pred is None:
+        pred = response(model, est, head, "predict_proba")
+        if pred is None:
+            raise unsupported(model, f"estimator {qualified_name(est)} without "
+                              "decision_function or predict_proba")
         if node_width(ctx, pred) == 2:  # binary: the positive class's column
             pred = select_columns(ctx, pred, [1])
-    else:
-        raise unsupported(model, f"estimator {qualified_name(est)} without decision_function "
-                          "or predict_proba")
     width = node_width(ctx, pred)
     pos = class_positions(model, est.classes_, classes)
     cals = list(cc.calibrators)[:width]
@@ -255,12 +283,11 @@ def _binary_score(model: Any, est: Any, head: Head, ctx: Context) -> str:
     positive class's probability."""
     if is_regressor(est):
         node = head.outputs.get("predict")
-    elif "decision_function" in head.outputs:
-        node = head.outputs["decision_function"]
-    elif "predict_proba" in head.outputs:
-        node = select_columns(ctx, head.outputs["predict_proba"], [1])
     else:
-        node = None
+        node = response(model, est, head, "decision_function")
+        proba = None if node is not None else response(model, est, head, "predict_proba")
+        if proba is not None:
+            node = select_columns(ctx, proba, [1])
     if node is None or node_width(ctx, node) != 1:
         raise unsupported(model, f"member {qualified_name(est)} without a one-column score")
     return node
@@ -337,14 +364,16 @@ def head_ovo(model: OneVsOneClassifier, ctx: Context, flow: Flow) -> Head:
 # --------------------------------------------------------------------- frontends --
 
 register_frontend(BaggingClassifier, library="scikit-learn",
-                  methods=("predict", "predict_proba", "decision_function"),
+                  methods=("predict", "predict_proba", "predict_log_proba",
+                           "decision_function"),
                   notes="estimators_features_ (bootstrap_features too); proba averaging or "
                   "vote fallback; decision_function when every member saw every class"
                   )(convert_single)
 register_frontend(BaggingRegressor, library="scikit-learn", methods=("predict",),
                   notes="estimators_features_; any supported member")(convert_single)
 register_frontend(AdaBoostClassifier, library="scikit-learn",
-                  methods=("predict", "predict_proba", "decision_function"),
+                  methods=("predict", "predict_proba", "predict_log_proba",
+                           "decision_function"),
                   notes="SAMME; rejects NaN as sklearn does")(convert_single)
 register_frontend(AdaBoostRegressor, library="scikit-learn", methods=("predict",),
                   notes="weighted median (AdaBoost.R2); rejects NaN as sklearn does"

@@ -7,7 +7,8 @@ of operations where rounding could matter:
   0.5 sum (x - theta)^2 / var. The input is tiled once per class (SELECT), centred by theta
   (CENTER_SCALE: the subtraction sklearn does, not an expanded quadratic that would cancel),
   squared, and summed with weights -0.5/var (LINEAR). predict_proba = exp(jll - logsumexp) =
-  softmax(jll) (LINK SOFTMAX, max-subtracted).
+  softmax(jll) (LINK SOFTMAX, max-subtracted); predict_log_proba = jll - logsumexp(jll) (LINK
+  LOG_SOFTMAX), finite where predict_proba underflows.
 * Bernoulli/Multinomial/ComplementNB: jll is affine in X (LINEAR), after BINARIZE for
   BernoulliNB(binarize=t). QDA: (x - mean_k) @ (R_k * S_k^-1/2), squared and summed per class.
 * MLP (neural_network/_multilayer_perceptron.py ``_forward_pass_fast``): LINEAR per layer in
@@ -34,7 +35,13 @@ from sklearn.discriminant_analysis import (
 from sklearn.naive_bayes import BernoulliNB, ComplementNB, GaussianNB, MultinomialNB
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
-from peregrine.frontends.base import MethodSpec, register_frontend, require_fitted, unsupported
+from peregrine.frontends.base import (
+    MethodSpec,
+    add_log_proba,
+    register_frontend,
+    require_fitted,
+    unsupported,
+)
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import (
     Context,
@@ -74,6 +81,15 @@ def _classifier(est: Any, ctx: Context, scores: str, k: int, proba: str | None,
     return Head(outputs, methods)
 
 
+def nb_classifier(est: Any, ctx: Context, jll: str, k: int) -> Head:
+    """A naive Bayes head from its joint log-likelihood (_BaseNB): predict = argmax(jll),
+    predict_proba = exp(predict_log_proba) = softmax(jll), predict_log_proba = jll -
+    logsumexp(jll), finite where the probability underflows."""
+    head = _classifier(est, ctx, jll, k, _softmax(ctx, jll, k))
+    add_log_proba(ctx.g, head.outputs, head.methods, k, scores=jll)
+    return head
+
+
 def _softmax(ctx: Context, x: str, k: int) -> str:
     return ctx.g.add(Op.LINK, (x,), width=k, kind=Link.SOFTMAX)
 
@@ -106,7 +122,7 @@ def head_gaussian_nb(est: Any, ctx: Context, flow: Flow) -> Head:
     sq = ctx.g.add(Op.UFUNC, (_centered_tiles(ctx, flow, theta),), width=k * m, name="square")
     const = np.log(est.class_prior_) - 0.5 * np.sum(np.log(2.0 * np.pi * var), axis=1)
     jll = _linear(ctx, sq, _block_sum(k, m, -0.5 / var), const)
-    return _classifier(est, ctx, jll, k, _softmax(ctx, jll, k))
+    return nb_classifier(est, ctx, jll, k)
 
 
 @register_head(BernoulliNB, MultinomialNB, ComplementNB)
@@ -126,8 +142,7 @@ def head_discrete_nb(est: Any, ctx: Context, flow: Flow) -> Head:
     else:
         weight, bias = flp.T, prior
     k = flp.shape[0]
-    jll = _linear(ctx, x, weight, bias)
-    return _classifier(est, ctx, jll, k, _softmax(ctx, jll, k))
+    return nb_classifier(est, ctx, _linear(ctx, x, weight, bias), k)
 
 
 # ----------------------------------------------------------------------------- MLP --
@@ -160,15 +175,20 @@ def _mlp_forward(est: Any, ctx: Context, flow: Flow) -> str:
 @register_head(MLPClassifier)
 def head_mlp_classifier(est: Any, ctx: Context, flow: Flow) -> Head:
     out = _mlp_forward(est, ctx, flow)
+    k = len(est.classes_)
     if est.out_activation_ == "softmax":
-        return _classifier(est, ctx, out, len(est.classes_), out)
-    if len(est.classes_) != 2 or est.n_outputs_ != 1:
-        raise unsupported(est, "multilabel targets", "binary and multiclass")
-    label = ctx.g.add(Op.THRESHOLD, (out,), dtype="int64", width=1, value=0.5, strict=True)
-    proba = ctx.g.add(Op.BINARY_PROBA, (out,), width=2)
-    return Head({"predict": label, "predict_proba": proba},
-                {"predict": MethodSpec("predict", labels=np.asarray(est.classes_)),
-                 "predict_proba": MethodSpec("predict_proba")})
+        head = _classifier(est, ctx, out, k, out)
+    else:
+        if k != 2 or est.n_outputs_ != 1:
+            raise unsupported(est, "multilabel targets", "binary and multiclass")
+        label = ctx.g.add(Op.THRESHOLD, (out,), dtype="int64", width=1, value=0.5,
+                          strict=True)
+        proba = ctx.g.add(Op.BINARY_PROBA, (out,), width=2)
+        head = Head({"predict": label, "predict_proba": proba},
+                    {"predict": MethodSpec("predict", labels=np.asarray(est.classes_)),
+                     "predict_proba": MethodSpec("predict_proba")})
+    add_log_proba(ctx.g, head.outputs, head.methods, k)  # np.log(predict_proba(X))
+    return head
 
 
 @register_head(MLPRegressor)
@@ -273,6 +293,8 @@ def head_lda(est: Any, ctx: Context, flow: Flow) -> Head:
                      "decision_function": MethodSpec("decision_function", squeeze=True)})
     else:
         head = _classifier(est, ctx, scores, k, _softmax(ctx, scores, k), scores)
+    # predict_log_proba: prediction[prediction == 0.0] += smallest_normal, then log
+    add_log_proba(ctx.g, head.outputs, head.methods, k, floor_zeros=True)
     if est.solver in ("svd", "eigen"):
         head.outputs["transform"] = step_lda(est, ctx, flow).node
         head.methods["transform"] = MethodSpec("transform")
@@ -299,14 +321,25 @@ def head_qda(est: Any, ctx: Context, flow: Flow) -> Head:
     decision = scores
     if k == 2:
         decision = _linear(ctx, scores, np.array([[-1.0], [1.0]]), 0.0)
-    return _classifier(est, ctx, scores, k, _softmax(ctx, scores, k), decision)
+    head = _classifier(est, ctx, scores, k, _softmax(ctx, scores, k), decision)
+    # scores - max - log(sum(exp(scores - max))) in sklearn: the same log-softmax, summed in
+    # _logsumexp's order (the last bits may differ, far below the tolerance)
+    add_log_proba(ctx.g, head.outputs, head.methods, k, scores=scores)
+    return head
 
 
-_CLASSIFIERS = (GaussianNB, BernoulliNB, MultinomialNB, ComplementNB, MLPClassifier,
-                LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis)
-register_frontend(*_CLASSIFIERS, library="scikit-learn",
-                  methods=("predict", "predict_proba", "decision_function"),
+register_frontend(GaussianNB, BernoulliNB, MultinomialNB, ComplementNB, MLPClassifier,
+                  library="scikit-learn",
+                  methods=("predict", "predict_proba", "predict_log_proba"),
                   notes="binary and multiclass; float64 like sklearn")(convert_single)
+register_frontend(QuadraticDiscriminantAnalysis, library="scikit-learn",
+                  methods=("predict", "predict_proba", "predict_log_proba",
+                           "decision_function"),
+                  notes="binary and multiclass; float64 like sklearn")(convert_single)
+register_frontend(LinearDiscriminantAnalysis, library="scikit-learn",
+                  methods=("predict", "predict_proba", "predict_log_proba",
+                           "decision_function", "transform"),
+                  notes="binary and multiclass; transform for solver svd/eigen")(convert_single)
 register_frontend(MLPRegressor, library="scikit-learn", methods=("predict",),
                   notes="identity/logistic/tanh/relu")(convert_single)
 register_frontend(PCA, IncrementalPCA, TruncatedSVD, library="scikit-learn",

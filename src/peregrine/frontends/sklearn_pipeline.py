@@ -95,7 +95,7 @@ def _pipeline_head(model: Pipeline, ctx: Context, flow: Flow) -> Head:
 
 @register_frontend(
     Pipeline, library="scikit-learn",
-    methods=("predict", "predict_proba", "decision_function", "transform"),
+    methods=("predict", "predict_proba", "predict_log_proba", "decision_function", "transform"),
     notes="any supported transformers followed by any supported model (trees, boosting, "
     "XGBoost, LightGBM, linear); methods of the final step",
 )

@@ -30,7 +30,7 @@ from sklearn.utils import get_tags
 from sklearn.utils._missing import is_scalar_nan
 
 from peregrine.frontends.base import MethodSpec, register_frontend, require_fitted, unsupported
-from peregrine.frontends.sklearn_models import _classifier, _linear, _softmax
+from peregrine.frontends.sklearn_models import _linear, _out, nb_classifier
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.sklearn_preprocessing import _category_values
 from peregrine.frontends.steps import (
@@ -47,9 +47,22 @@ from peregrine.frontends.steps import (
 from peregrine.ir import Op
 
 
-def _columns(ctx: Context, flow: Flow, op: Op, width: int | None = None, **attrs: Any) -> Flow:
-    node = ctx.g.add(op, (flow.node,), width=flow.width if width is None else width, **attrs)
-    return replace(flow, node=node, src=(None,) * (flow.width if width is None else width))
+def _columns(ctx: Context, flow: Flow, op: Op, **attrs: Any) -> Flow:
+    """``op`` applied to every column (same width), as a computed flow."""
+    return flow.computed(ctx, ctx.g.add(op, (flow.node,), width=flow.width, **attrs),
+                         flow.width)
+
+
+def _code_one_hot(ctx: Context, node: str, n_codes: list[int]) -> str:
+    """One-hot of per-column integer codes 0..n_codes[j]-1, blocks side by side (other
+    values: all zeros)."""
+    offsets = np.concatenate([[0], np.cumsum(n_codes)]).astype(np.int64)
+    return ctx.g.add(Op.ONE_HOT, (node,), width=int(offsets[-1]),
+                     columns=np.arange(len(n_codes)),
+                     categories=tuple(np.arange(n, dtype=np.float64) for n in n_codes),
+                     slots=tuple(np.arange(offsets[i], offsets[i + 1])
+                                 for i in range(len(n_codes))),
+                     unknown_slots=np.full(len(n_codes), -1))
 
 
 def _check(ctx: Context, flow: Flow, node: str, what: str, columns: Any = None) -> None:
@@ -68,6 +81,8 @@ def step_quantile(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "quantiles_", "references_")
     check_no_strings(est, ctx, flow)
     q = np.asarray(est.quantiles_, dtype=np.float64)
+    if np.isnan(q).any():  # np.interp on a NaN table: no defined answer to reproduce
+        raise unsupported(est, "a column that was all-missing at fit (NaN quantiles_)")
     return _columns(ctx, flow, Op.QUANTILE, quantiles=tuple(q.T.copy()),
                     references=np.asarray(est.references_, dtype=np.float64),
                     output=str(est.output_distribution))
@@ -119,13 +134,8 @@ def step_kbins(est: Any, ctx: Context, flow: Flow) -> Flow:
     if est.encode == "ordinal":
         return replace(out, nan=False)
     n_bins = [int(n) for n in est.n_bins_]
-    offsets = np.concatenate([[0], np.cumsum(n_bins)])
-    node = ctx.g.add(Op.ONE_HOT, (out.node,), width=int(offsets[-1]),
-                     columns=np.arange(flow.width),
-                     categories=tuple(np.arange(n, dtype=np.float64) for n in n_bins),
-                     slots=tuple(np.arange(offsets[i], offsets[i + 1]) for i in range(len(n_bins))),
-                     unknown_slots=np.full(len(n_bins), -1))
-    return Flow(node, (None,) * int(offsets[-1]), nan=False, keeps_dtype=out.keeps_dtype)
+    node = _code_one_hot(ctx, out.node, n_bins)
+    return Flow(node, (None,) * sum(n_bins), nan=False, keeps_dtype=out.keeps_dtype)
 
 
 # -------------------------------------------------------------- SplineTransformer --
@@ -298,7 +308,7 @@ def step_target_encoder(est: Any, ctx: Context, flow: Flow) -> Flow:
                      categories=tuple(cats[e // k] for e in range(width)),
                      codes=tuple(np.asarray(e, dtype=np.float64) for e in est.encodings_),
                      unknown=np.asarray([means[e % k] for e in range(width)]))
-    return Flow(node, (None,) * width, nan=False, keeps_dtype=False)
+    return _out(flow, node, width)
 
 
 # ------------------------------------------------------------------ CategoricalNB --
@@ -312,21 +322,16 @@ def head_categorical_nb(est: Any, ctx: Context, flow: Flow) -> Head:
     check_no_strings(est, ctx, flow)
     ctx.reject_nan(flow)
     n_cats = [int(n) for n in est.n_categories_]
-    offsets = np.concatenate([[0], np.cumsum(n_cats)])
     codes = ctx.g.add(Op.UFUNC, (flow.node,), width=flow.width, name="trunc")  # astype(int)
     cats = tuple(np.arange(n, dtype=np.float64) for n in n_cats)
-    hot = ctx.g.add(Op.ONE_HOT, (codes,), width=int(offsets[-1]), columns=np.arange(flow.width),
-                    categories=cats,
-                    slots=tuple(np.arange(offsets[i], offsets[i + 1]) for i in range(len(cats))),
-                    unknown_slots=np.full(len(cats), -1))
+    hot = _code_one_hot(ctx, codes, n_cats)
     bad = ctx.g.add(Op.ONE_HOT, (codes,), width=flow.width, columns=np.arange(flow.width),
                     categories=cats, slots=tuple(np.full(n, -1) for n in n_cats),
                     unknown_slots=np.arange(flow.width))
     _check(ctx, flow, bad, "CategoricalNB: category negative or beyond n_categories_")
     weight = np.vstack([np.asarray(f, dtype=np.float64).T for f in est.feature_log_prob_])
     jll = _linear(ctx, hot, weight, est.class_log_prior_)
-    k = len(est.classes_)
-    return _classifier(est, ctx, jll, k, _softmax(ctx, jll, k))
+    return nb_classifier(est, ctx, jll, len(est.classes_))  # _BaseNB's methods
 
 
 # ---------------------------------------------------------------------- RFE/RFECV --
@@ -361,8 +366,10 @@ _TRANSFORMERS = (QuantileTransformer, PowerTransformer, KBinsDiscretizer, Spline
 register_frontend(*_TRANSFORMERS, library="scikit-learn", methods=("transform",),
                   notes="alone or as a pipeline step; NaN where sklearn accepts it (see "
                   "docs/pipelines.md)")(convert_single)
-register_frontend(CategoricalNB, library="scikit-learn", methods=("predict", "predict_proba"),
+register_frontend(CategoricalNB, library="scikit-learn",
+                  methods=("predict", "predict_proba", "predict_log_proba"),
                   notes="min_categories; out-of-range categories raise InputError")(convert_single)
 register_frontend(RFE, RFECV, library="scikit-learn",
-                  methods=("predict", "predict_proba", "decision_function", "transform"),
+                  methods=("predict", "predict_proba", "predict_log_proba", "decision_function",
+                           "transform"),
                   notes="support_ then the fitted estimator_'s methods")(convert_single)

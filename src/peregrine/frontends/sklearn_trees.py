@@ -29,6 +29,7 @@ from sklearn.tree import (
 from peregrine.frontends.base import (
     MethodSpec,
     ModelSpec,
+    add_log_proba,
     qualified_name,
     register_frontend,
     require_fitted,
@@ -98,12 +99,13 @@ def classifier_graph(forest, n_classes: int, labels: np.ndarray):
     x = g.input(forest.n_features)
     proba = g.add(Op.TREE_ENSEMBLE, (x,), width=n_classes, forest=forest)
     label = g.add(Op.ARGMAX, (proba,), dtype="int64", width=1)
-    graph = g.build({"predict_proba": proba, "predict": label})
+    outputs = {"predict_proba": proba, "predict": label}
     methods = {
         "predict": MethodSpec("predict", labels=np.asarray(labels)),
         "predict_proba": MethodSpec("predict_proba", dtype="float64"),
     }
-    return graph, methods
+    add_log_proba(g, outputs, methods, n_classes)  # np.log(predict_proba), _classes.py
+    return g.build(outputs), methods
 
 
 def regressor_graph(forest):
@@ -121,7 +123,7 @@ def _estimators(model: Any) -> list[Any]:
 
 @register_frontend(
     DecisionTreeClassifier, ExtraTreeClassifier, RandomForestClassifier, ExtraTreesClassifier,
-    library="scikit-learn", methods=("predict", "predict_proba"),
+    library="scikit-learn", methods=("predict", "predict_proba", "predict_log_proba"),
     notes="binary and multiclass; NaN where sklearn accepts it",
 )
 def convert_tree_classifier(model: Any) -> ModelSpec:

@@ -6,10 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
+from peregrine.ir.checks import CORE_CHECKS
+from peregrine.ir.checks_pipeline import PIPELINE_CHECKS
 from peregrine.ir.forest import Forest
-from peregrine.ir.ops import UFUNCS, Link, Op
+from peregrine.ir.ops import Op
+
+ATTR_CHECKS = {**CORE_CHECKS, **PIPELINE_CHECKS}  # op -> check(node, input nodes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,18 +73,34 @@ class GraphBuilder:
 
     def __init__(self) -> None:
         self._nodes: list[Node] = []
+        self._by_name: dict[str, Node] = {}  # lookups stay O(1) in large meta-estimators
         self._count = 0
+
+    def _append(self, node: Node) -> str:
+        self._nodes.append(node)
+        self._by_name[node.name] = node
+        return node.name
 
     def add(self, op: Op, inputs: tuple[str, ...] = (), *, dtype: str = "float64",
             width: int | None = None, **attrs: Any) -> str:
         self._count += 1
         name = f"{op.value}_{self._count}"
-        self._nodes.append(Node(name, op, tuple(inputs), attrs, dtype, width))
-        return name
+        return self._append(Node(name, op, tuple(inputs), attrs, dtype, width))
 
     def input(self, n_features: int) -> str:
-        self._nodes.append(Node("X", Op.INPUT, (), {}, "float64", n_features))
-        return "X"
+        return self._append(Node("X", Op.INPUT, (), {}, "float64", n_features))
+
+    def node(self, name: str) -> Node:
+        """A node added so far (KeyError when there is none of that name)."""
+        return self._by_name[name]
+
+    def width(self, name: str) -> int:
+        """Output columns of a node added so far; frontends combining sub-estimator outputs
+        need them, and every node they add has a width."""
+        width = self.node(name).width
+        if width is None:
+            raise ValueError(f"IR node {name!r} has no known width")
+        return int(width)
 
     def splice(self, graph: Graph, input_node: str) -> dict[str, str]:
         """Append ``graph``'s nodes with fresh names, its INPUT replaced by ``input_node``
@@ -94,8 +112,8 @@ class GraphBuilder:
                 continue
             self._count += 1
             rename[n.name] = f"{n.name}_s{self._count}"
-            self._nodes.append(replace(n, name=rename[n.name],
-                                       inputs=tuple(rename[i] for i in n.inputs)))
+            self._append(replace(n, name=rename[n.name],
+                                 inputs=tuple(rename[i] for i in n.inputs)))
         return {out: rename[node] for out, node in graph.outputs.items()}
 
     def build(self, outputs: Mapping[str, str]) -> Graph:
@@ -114,148 +132,15 @@ def verify(graph: Graph) -> None:
         for dep in n.inputs:
             if dep not in by_name:
                 raise ValueError(f"IR node {n.name!r} reads unknown node {dep!r}")
-        check = _ATTR_CHECKS.get(n.op)
-        if check is not None:
+        check = ATTR_CHECKS.get(n.op)
+        if check is None:
+            continue
+        try:
             check(n, [by_name[d] for d in n.inputs])
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:  # malformed attrs
+            raise ValueError(f"IR node {n.name!r} ({n.op.value}) has malformed attributes: "
+                             f"{type(exc).__name__}: {exc}") from exc
     for out, node in graph.outputs.items():
         if node not in by_name:
             raise ValueError(f"IR output {out!r} names unknown node {node!r}")
     graph.toposort()
-
-
-def _one_input(n: Node, ins: list[Node]) -> None:
-    if len(ins) != 1:
-        raise ValueError(f"IR node {n.name!r} ({n.op.value}) takes one input, has {len(ins)}")
-
-
-def _check_tree(n: Node, ins: list[Node]) -> None:
-    _one_input(n, ins)
-    forest = n.attrs.get("forest")
-    if not isinstance(forest, Forest):
-        raise ValueError(f"IR node {n.name!r} needs a Forest attribute")
-    forest.validate()
-    if ins[0].width is not None and forest.n_features > ins[0].width:
-        raise ValueError(f"Forest reads {forest.n_features} features, input has {ins[0].width}")
-    if n.width != forest.n_outputs:
-        raise ValueError(f"IR node {n.name!r} width {n.width} != forest outputs")
-
-
-def _check_link(n: Node, ins: list[Node]) -> None:
-    _one_input(n, ins)
-    if not isinstance(n.attrs.get("kind"), Link):
-        raise ValueError(f"IR node {n.name!r} needs a Link kind")
-
-
-def _check_affine(n: Node, ins: list[Node]) -> None:
-    _one_input(n, ins)
-    for key in ("scale", "shift"):
-        np.asarray(n.attrs.get(key, 0.0), dtype=np.float64)
-
-
-def _check_width(n: Node, ins: list[Node], expect: int | None) -> None:
-    if n.width is not None and expect is not None and n.width != expect:
-        raise ValueError(f"IR node {n.name!r} ({n.op.value}) width {n.width} != {expect}")
-
-
-def _same_width(n: Node, ins: list[Node]) -> None:
-    _one_input(n, ins)
-    _check_width(n, ins, ins[0].width)
-
-
-def _check_linear(n: Node, ins: list[Node]) -> None:
-    _one_input(n, ins)
-    w = np.asarray(n.attrs["weight"], dtype=np.float64)
-    b = np.asarray(n.attrs["bias"], dtype=np.float64)
-    if w.ndim != 2 or b.shape != (w.shape[1],):
-        raise ValueError(f"IR node {n.name!r}: weight {w.shape} / bias {b.shape} mismatch")
-    if ins[0].width is not None and ins[0].width != w.shape[0]:
-        raise ValueError(f"IR node {n.name!r}: weight has {w.shape[0]} rows, input "
-                         f"{ins[0].width} columns")
-    _check_width(n, ins, w.shape[1])
-
-
-def _check_select(n: Node, ins: list[Node]) -> None:
-    _one_input(n, ins)
-    cols = np.asarray(n.attrs["columns"], dtype=np.int64).reshape(-1)
-    if ins[0].width is not None and cols.size and (cols.min() < 0 or cols.max() >= ins[0].width):
-        raise ValueError(f"IR node {n.name!r} selects a column outside [0, {ins[0].width})")
-    _check_width(n, ins, len(cols))
-
-
-def _check_concat(n: Node, ins: list[Node]) -> None:
-    if not ins:
-        raise ValueError(f"IR node {n.name!r} (concat) has no inputs")
-    widths = [i.width for i in ins]
-    _check_width(n, ins, None if None in widths else sum(widths))  # type: ignore[arg-type]
-
-
-def _check_per_column(*keys: str):
-    def check(n: Node, ins: list[Node]) -> None:
-        _same_width(n, ins)
-        for key in keys:
-            v = np.asarray(n.attrs[key], dtype=np.float64)
-            if v.ndim > 1 or (v.ndim == 1 and ins[0].width not in (None, v.shape[0])):
-                raise ValueError(f"IR node {n.name!r}: {key} has shape {v.shape}")
-    return check
-
-
-def _check_categories(n: Node, ins: list[Node]) -> None:
-    _one_input(n, ins)
-    cols, cats = n.attrs["columns"], n.attrs["categories"]
-    per_col = n.attrs["slots"] if n.op is Op.ONE_HOT else n.attrs["codes"]
-    if not (len(cols) == len(cats) == len(per_col)):
-        raise ValueError(f"IR node {n.name!r}: columns/categories/slots lengths differ")
-    for c, s in zip(cats, per_col):
-        if len(c) != len(s):
-            raise ValueError(f"IR node {n.name!r}: a column's categories and slots differ")
-    if n.op is Op.ONE_HOT:
-        top = max([int(np.max(s, initial=-1)) for s in per_col] +
-                  [int(np.max(n.attrs["unknown_slots"], initial=-1))])
-        if n.width is None or top >= n.width:
-            raise ValueError(f"IR node {n.name!r}: one-hot slot {top} outside width {n.width}")
-    else:
-        _check_width(n, ins, ins[0].width)
-
-
-def _check_polynomial(n: Node, ins: list[Node]) -> None:
-    _one_input(n, ins)
-    p = np.asarray(n.attrs["powers"])
-    if p.ndim != 2 or (ins[0].width is not None and p.shape[1] != ins[0].width):
-        raise ValueError(f"IR node {n.name!r}: powers shape {p.shape} vs input {ins[0].width}")
-    _check_width(n, ins, p.shape[0])
-
-
-def _check_ufunc(n: Node, ins: list[Node]) -> None:
-    _same_width(n, ins)
-    if n.attrs.get("name") not in UFUNCS:
-        raise ValueError(f"IR node {n.name!r}: ufunc {n.attrs.get('name')!r} not in UFUNCS")
-
-
-def _check_normalize(n: Node, ins: list[Node]) -> None:
-    _same_width(n, ins)
-    if n.attrs.get("norm") not in ("l1", "l2", "max"):
-        raise ValueError(f"IR node {n.name!r}: norm {n.attrs.get('norm')!r}")
-
-
-_ATTR_CHECKS = {
-    Op.LINEAR: _check_linear,
-    Op.SELECT: _check_select,
-    Op.CONCAT: _check_concat,
-    Op.CENTER_SCALE: _check_per_column("center", "scale"),
-    Op.CLIP: _same_width,
-    Op.NORMALIZE: _check_normalize,
-    Op.BINARIZE: _same_width,
-    Op.IMPUTE: _check_per_column("values"),
-    Op.ONE_HOT: _check_categories,
-    Op.CATEGORY_MAP: _check_categories,
-    Op.POLYNOMIAL: _check_polynomial,
-    Op.UFUNC: _check_ufunc,
-    Op.TREE_ENSEMBLE: _check_tree,
-    Op.LINK: _check_link,
-    Op.AFFINE: _check_affine,
-    Op.BINARY_PROBA: _one_input,
-    Op.ARGMAX: _one_input,
-    Op.THRESHOLD: _one_input,
-    Op.REPLACE_WITH_NAN: _one_input,
-    Op.ORDINAL_ENCODE: _one_input,
-}

@@ -127,10 +127,24 @@ class Op(enum.Enum):
     # sorted prediction whose cumulative weight >= half the row's total
     WEIGHTED_MEDIAN = "weighted_median"
 
+    # ---- predict_log_proba (helper "logproba"); torch lowering in backends/torch/ops.py.
+    # Several inputs (members' log-probabilities); attrs: columns (per input: the output column
+    # of each of its columns), starts (input index where each joblib job begins, then the
+    # count), shift. BaggingClassifier.predict_log_proba: per job a running np.logaddexp from
+    # -inf over its members (columns a member lacks unchanged), then np.logaddexp of the jobs
+    # in order, minus shift (log n_estimators); float64
+    LOG_ADD_EXP = "log_add_exp"
+
 # Element-wise NumPy ufuncs a UFUNC node may apply (FunctionTransformer's common funcs).
 UFUNCS = ("log1p", "expm1", "exp", "log", "sqrt", "absolute", "square", "negative", "sin", "cos",
           "tanh", "arcsinh", "log2", "log10", "exp2", "cbrt", "reciprocal", "sign", "floor",
           "ceil", "rint", "trunc")
+
+
+def class_pairs(n_classes: int) -> list[tuple[int, int]]:
+    """The one-vs-one class pairs (i, j), i < j, in libsvm's and scikit-learn's order: the
+    columns of OVR_DECISION's and SVM_PROBA's inputs (helper "kernel"/"meta" ops)."""
+    return [(i, j) for i in range(n_classes) for j in range(i + 1, n_classes)]
 
 
 class Link(enum.Enum):
@@ -142,3 +156,7 @@ class Link(enum.Enum):
     EXP = "exp"
     # IsolationForest: -(2 ** (-x / denominator)), x = mean path length sum
     ISOLATION_SCORE = "isolation_score"  # attrs: denominator
+    # (helper "logproba") row-wise x - logsumexp(x), logsumexp as sklearn's
+    # utils._array_api._logsumexp: m = row max, c = count of entries equal to m,
+    # s = sum exp(x - m) over the others, log1p(s / c) + log(c) + m (naive Bayes, QDA)
+    LOG_SOFTMAX = "log_softmax"

@@ -59,6 +59,7 @@ _FLOAT_NUMS = frozenset({np.dtype(np.float32).num, np.dtype(np.float64).num})
 class CompiledModel:
     predict = _Method("predict")
     predict_proba = _Method("predict_proba")
+    predict_log_proba = _Method("predict_log_proba")
     decision_function = _Method("decision_function")
     transform = _Method("transform")
     score_samples = _Method("score_samples")

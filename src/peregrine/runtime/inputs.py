@@ -11,6 +11,7 @@ import numpy as np
 
 from peregrine.errors import InputError
 from peregrine.frontends.base import ModelSpec
+from peregrine.runtime.categories import category_codes
 
 
 def _is_dataframe(X: Any) -> bool:
@@ -42,7 +43,11 @@ def prepare_input(X: Any, spec: ModelSpec, *, keep_tensor: bool = False, check: 
                 f"unsupported input type {type(X).__name__}; pass a numpy array, pandas "
                 "DataFrame or torch tensor"
             )
-        arr = _numeric_array(X, where="input", int_dtype=spec.int_input_dtype)
+        if X.dtype.kind in "OUS" and spec.category_maps and X.ndim == 2:
+            _check_shape(X.shape, spec)
+            arr = _from_object_array(X, spec)
+        else:
+            arr = _numeric_array(X, where="input", int_dtype=spec.int_input_dtype)
     _check_shape(arr.shape, spec)
     if check:
         _check_values(arr, spec)
@@ -78,22 +83,33 @@ def _check_shape(shape: tuple, spec: ModelSpec) -> None:
 def _check_values(arr: np.ndarray, spec: ModelSpec) -> None:
     if spec.allow_nan and spec.allow_inf:
         return
-    if spec.category_maps:  # NaN there is an unseen category, which the model itself handles
-        arr = arr.copy()
-        arr[:, list(spec.category_maps)] = 0.0
+    # A finite column sum proves the column holds neither NaN nor infinity: one vectorised pass
+    # with no (rows, features) temporaries; only columns whose sum is not finite (or overflowed)
+    # are examined element by element. Category columns are skipped: NaN there is an unseen
+    # category, which the model itself handles.
+    with np.errstate(all="ignore"):
+        sums = np.add.reduce(arr, axis=0)
+    suspect = ~np.isfinite(sums)
+    if spec.category_maps:
+        suspect[list(spec.category_maps)] = False
+    if not suspect.any():
+        return
+    cols = np.flatnonzero(suspect)
+    sub = arr[:, cols]
     if spec.allow_nan:
-        bad = np.isinf(arr)
+        bad = np.isinf(sub)
         what = "infinity"
     elif spec.allow_inf:
-        bad = np.isnan(arr)
+        bad = np.isnan(sub)
         what = "NaN"
     else:
-        bad = ~np.isfinite(arr)
+        bad = ~np.isfinite(sub)
         what = "NaN or infinity"
     if bad.any():
-        r, c = np.argwhere(bad)[0]
+        r, k = np.argwhere(bad)[0]
         raise InputError(
-            f"input contains {what} at row {r}, column {c}; {spec.source} does not accept it"
+            f"input contains {what} at row {r}, column {cols[k]}; {spec.source} does not "
+            "accept it"
         )
 
 
@@ -115,72 +131,97 @@ def _from_dataframe(df: Any, spec: ModelSpec) -> np.ndarray:
             )
         if len(set(cols)) != len(cols):
             raise InputError("DataFrame has duplicate column names")
-        df = df[list(spec.feature_names)]
+        position = {c: k for k, c in enumerate(cols)}
+        order = [position[c] for c in spec.feature_names]  # no reordered copy of the frame
     elif df.shape[1] != spec.n_features:
         raise InputError(f"input has {df.shape[1]} features, but the model expects "
                          f"{spec.n_features}")
-    out = np.empty(df.shape, dtype=np.float64)
-    all_f32 = True
-    for j, name in enumerate(df.columns):
-        col = df.iloc[:, j]
-        # object/string columns with a fit-time category map (scikit-learn HGB encodes those
-        # itself) are looked up like category columns
+    else:
+        order = list(range(df.shape[1]))
+    # Columns of one numpy number dtype are converted together (pandas hands a block of them
+    # over in one pass); category and string columns one vectorised lookup each; the rest
+    # (object numbers, nullable extension dtypes) column by column.
+    dtypes = df.dtypes
+    groups: dict[np.dtype, list[tuple[int, int]]] = {}  # dtype -> (output, frame) columns
+    other: list[tuple[int, int]] = []
+    for j, k in enumerate(order):
+        dt = dtypes.iloc[k]
+        if isinstance(dt, np.dtype) and dt.kind in "fiub":
+            groups.setdefault(dt, []).append((j, k))
+        else:
+            other.append((j, k))
+    # float32 stays float32 only when every column is float32 (as before: sklearn's check_array
+    # on a mixed frame gives float64)
+    all_f32 = bool(order) and not other and set(groups) == {np.dtype(np.float32)}
+    out = np.empty((df.shape[0], len(order)), dtype=np.float32 if all_f32 else np.float64)
+    for pairs in groups.values():
+        js = [j for j, _ in pairs]
+        block = df.iloc[:, [k for _, k in pairs]].to_numpy(dtype=out.dtype)
+        if js == list(range(js[0], js[0] + len(js))):
+            out[:, js[0]:js[0] + len(js)] = block
+        else:
+            out[:, js] = block
+    for j, k in other:
+        col = df.iloc[:, k]
+        name = df.columns[k]
+        # object/string columns with a fit-time category map (a pipeline's string encoders,
+        # scikit-learn HGB's categories) are looked up like category columns
         if isinstance(col.dtype, pd.CategoricalDtype) or (
             j in spec.category_maps and col.dtype.kind not in "fiub"
         ):
-            out[:, j] = _category_codes(col, spec.category_maps.get(j), name,
-                                        j in spec.category_unknown_error)
-            all_f32 = False
-            continue
-        values = col.to_numpy()
-        if values.dtype.kind not in "fiub":
-            if values.dtype.kind == "O" or isinstance(col.dtype, pd.StringDtype) or values.dtype.kind in "US":
-                try:
-                    values = pd.to_numeric(col, errors="raise").to_numpy(dtype=np.float64, na_value=np.nan)
-                except (TypeError, ValueError) as exc:
-                    raise InputError(f"column {name!r} holds non-numeric values ({exc})") from exc
-            else:
-                try:
-                    values = col.to_numpy(dtype=np.float64, na_value=np.nan)
-                except (TypeError, ValueError) as exc:
-                    raise InputError(f"column {name!r} has dtype {col.dtype}; expected numbers") from exc
-        elif values.dtype.kind != "f":
-            values = values.astype(np.float64)
-        if values.dtype != np.float32:
-            all_f32 = False
-        out[:, j] = values
-    return out.astype(np.float32) if all_f32 and df.shape[1] else out
+            out[:, j] = category_codes(col, spec.category_maps.get(j), name,
+                                       j in spec.category_unknown_error)
+        else:
+            out[:, j] = _other_column(col, name)
+    return out
 
 
-def _category_codes(col: Any, categories: tuple | None, name: Any,
-                    unknown_error: bool = False) -> np.ndarray:
-    """Codes as the source library saw them at fit time: the position of each value among the
-    categories recorded then (not the column's own, possibly different, category order).
-    Values unseen at fit time become missing, as LightGBM's and XGBoost's pandas paths do,
-    unless ``unknown_error`` (an encoder with handle_unknown='error' reads the column, so
-    scikit-learn raises): then the first unseen value is an InputError."""
+def _other_column(col: Any, name: Any) -> np.ndarray:
+    """A column that is neither a numpy number dtype nor a category: object numbers, pandas
+    extension dtypes (nullable ints/floats: NA becomes NaN)."""
     import pandas as pd
 
-    if categories is None:
-        codes = col.cat.codes.to_numpy()
-    else:
-        # get_indexer: -1 for unseen values, without pandas' deprecation of unseen values in
-        # pd.Categorical(values, categories=...)
-        values = col.to_numpy(dtype=object)
-        codes = pd.Index(list(categories)).get_indexer(values)
-        if unknown_error:
-            # missing values have code 0 (or -1 here); whether they are an error depends on
-            # the steps before the encoder (an imputer), so the graph's check decides those
-            unseen = (codes < 0) & ~pd.isna(values)
-            if unseen.any():
-                r = int(np.flatnonzero(unseen)[0])
-                raise InputError(
-                    f"column {name!r} holds {values[r]!r} (row {r}), a category unseen at fit "
-                    "time; the model's encoder has handle_unknown='error'"
-                )
-    codes = codes.astype(np.float64)
-    codes[codes < 0] = np.nan
-    return codes
+    values = col.to_numpy()
+    if values.dtype.kind in "fiub":
+        return values.astype(np.float64, copy=False)
+    if values.dtype.kind == "O" or isinstance(col.dtype, pd.StringDtype) or \
+            values.dtype.kind in "US":
+        try:
+            return pd.to_numeric(col, errors="raise").to_numpy(dtype=np.float64,
+                                                               na_value=np.nan)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"column {name!r} holds non-numeric values ({exc})") from exc
+    try:
+        return col.to_numpy(dtype=np.float64, na_value=np.nan)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"column {name!r} has dtype {col.dtype}; expected numbers") from exc
+
+
+def _from_object_array(X: np.ndarray, spec: ModelSpec) -> np.ndarray:
+    """A numpy object (or string) array for a model whose pipeline encodes strings (integer
+    column indices): category columns holding strings are encoded exactly as DataFrame string
+    columns are; the other columns must hold numbers (None becomes NaN)."""
+    out = np.empty(X.shape, dtype=np.float64)
+    numeric = [j for j in range(X.shape[1]) if j not in spec.category_maps]
+    for j in numeric:
+        try:
+            out[:, j] = X[:, j].astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"input column {j} holds non-numeric values ({exc})") from exc
+    for j, cats in spec.category_maps.items():
+        col = X[:, j]
+        if col.dtype.kind == "O" and _all_numbers(col):  # numbers: codes as before
+            out[:, j] = col.astype(np.float64)
+            continue
+        out[:, j] = category_codes(col, cats, j, j in spec.category_unknown_error)
+    return out
+
+
+def _all_numbers(col: np.ndarray) -> bool:
+    import pandas as pd
+
+    return pd.api.types.infer_dtype(col, skipna=True) in ("integer", "floating",
+                                                           "mixed-integer-float", "decimal")
 
 
 def _from_tensor(X: Any, spec: ModelSpec, keep_tensor: bool, check: bool):

@@ -3,23 +3,20 @@ mirroring their NumPy rules in ``backends/reference.py`` operation for operation
 (libsvm's k_function, its probability coupling iteration, sklearn's neighbour weights).
 Scriptable: loops run over Python ints, options are plain attributes."""
 
-from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from peregrine.backends.torch.ops import Lowered, lowering
+from peregrine.backends.torch.ops import Lowered, f64, lowering
 from peregrine.ir import Node, Op
+from peregrine.ir.ops import class_pairs
 from peregrine.options import CompileOptions
 
 
-def _f64(value: Any) -> Tensor:
-    return torch.from_numpy(np.array(value, dtype=np.float64))
-
-
 def _pairs(k: int) -> list[list[int]]:
-    return [[i, j] for i in range(k) for j in range(i + 1, k)]
+    """ops.class_pairs as lists (TorchScript types a list attribute, not tuples)."""
+    return [list(p) for p in class_pairs(k)]
 
 
 def _chunk_rows(n_vectors: int, n_features: int) -> int:
@@ -66,10 +63,10 @@ class Kernel(nn.Module):
         self.degree = float(a.get("degree", 3))
         self.center = "center_rows" in a
         v = np.asarray(a["vectors"], dtype=np.float64)
-        self.register_buffer("vectors", _f64(v))
+        self.register_buffer("vectors", f64(v))
         self.step = _chunk_rows(v.shape[0], v.shape[1])
-        self.register_buffer("vv", _f64(np.einsum("ij,ij->i", v, v)))
-        self.register_buffer("center_rows", _f64(a.get("center_rows", np.zeros(len(v)))))
+        self.register_buffer("vv", f64(np.einsum("ij,ij->i", v, v)))
+        self.register_buffer("center_rows", f64(a.get("center_rows", np.zeros(len(v)))))
         self.center_all = float(a.get("center_all", 0.0))
 
     def _powi(self, base: Tensor) -> Tensor:
@@ -122,8 +119,8 @@ class SvmProba(nn.Module):
         super().__init__()
         self.k = int(node.attrs["n_classes"])
         self.pairs = _pairs(self.k)
-        self.register_buffer("prob_a", _f64(node.attrs["prob_a"]))
-        self.register_buffer("prob_b", _f64(node.attrs["prob_b"]))
+        self.register_buffer("prob_a", f64(node.attrs["prob_a"]))
+        self.register_buffer("prob_b", f64(node.attrs["prob_b"]))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         dec = xs[0].to(torch.float64)
@@ -176,7 +173,7 @@ class PairwiseDistance(nn.Module):
         self.metric = str(node.attrs["metric"])
         self.p = float(node.attrs.get("p", 2.0))
         v = np.asarray(node.attrs["vectors"], dtype=np.float64)
-        self.register_buffer("vectors", _f64(v))
+        self.register_buffer("vectors", f64(v))
         self.step = _chunk_rows(v.shape[0], v.shape[1])
 
     def forward(self, xs: list[Tensor]) -> Tensor:
@@ -206,7 +203,7 @@ class Knn(nn.Module):
         self.k = int(node.attrs["k"])
         self.distance = node.attrs["weights"] == "distance"
         self.normalize = bool(node.attrs.get("normalize", False))
-        self.register_buffer("values", _f64(node.attrs["values"]))
+        self.register_buffer("values", f64(node.attrs["values"]))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         dist = xs[0].to(torch.float64)

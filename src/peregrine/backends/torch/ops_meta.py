@@ -3,11 +3,10 @@ their NumPy rules in ``backends/reference.py`` operation for operation, in float
 
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
-from peregrine.backends.torch.ops import Lowered, lowering
+from peregrine.backends.torch.ops import Lowered, f64, lowering
 from peregrine.ir import Node, Op
 from peregrine.options import CompileOptions
 
@@ -33,7 +32,7 @@ class WeightedMedian(nn.Module):
 
     def __init__(self, weights: Any) -> None:
         super().__init__()
-        self.register_buffer("weights", torch.from_numpy(np.array(weights, dtype=np.float64)))
+        self.register_buffer("weights", f64(weights))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         pred = xs[0].to(torch.float64)

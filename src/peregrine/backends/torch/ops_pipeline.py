@@ -123,7 +123,18 @@ def _category_table(columns: Any, categories: Any, per_cat: Any, fill: float):
 
 class OneHot(nn.Module):
     """Indicators: (n, n_categories) matches, scattered (max) into their slots; unknown slots
-    set where a column matched nothing."""
+    set where a column matched nothing.
+
+    Fast path (``direct``): when every category has its own slot, no slot is shared and there
+    is no unknown slot (OneHotEncoder with handle_unknown='ignore', with or without ``drop``),
+    the max-scatter is a plain column placement of the matches: one compare and one gather (no
+    gather at all when the slots are the categories in order), instead of three scatters over
+    the batch. The general path keeps the reference rule's max-merge for shared slots
+    (infrequent categories) and unknown slots."""
+
+    direct: bool
+    in_order: bool
+    nan_cats: bool
 
     def __init__(self, node: Node) -> None:
         super().__init__()
@@ -138,14 +149,33 @@ class OneHot(nn.Module):
         self.register_buffer("unknown_slot", _i64(a["unknown_slots"]))
         self.register_buffer("columns", _i64(a["columns"]))
         self.width = int(node.width)
+        slots = slot.numpy()
+        used = slots[slots >= 0]
+        unknown = np.asarray(a["unknown_slots"], dtype=np.int64).reshape(-1)
+        self.direct = bool((unknown < 0).all() and len(np.unique(used)) == len(used)
+                           and len(used) == self.width)
+        # matches -> output: the categories with a slot, ordered by slot
+        order = np.flatnonzero(slots >= 0)[np.argsort(used, kind="stable")]
+        self.in_order = bool(self.direct and len(order) == len(slots)
+                             and (used == np.arange(self.width)).all())
+        self.register_buffer("order", _i64(order))
+        self.nan_cats = bool(np.isnan(cat.numpy()).any())
+
+    def _hits(self, x: Tensor) -> Tensor:
+        v = x.index_select(1, self.col)
+        if self.nan_cats:
+            return (v == self.cat) | (torch.isnan(v) & torch.isnan(self.cat))
+        return v == self.cat
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         x = xs[0].to(torch.float64)
         n = x.shape[0]
+        if self.direct:
+            if self.in_order:
+                return self._hits(x).to(torch.float64)
+            return self._hits(x).index_select(1, self.order).to(torch.float64)
         out = torch.zeros((n, self.width + 1), dtype=torch.float64, device=x.device)
-        v = x.index_select(1, self.col)
-        hit = (v == self.cat) | (torch.isnan(v) & torch.isnan(self.cat))
-        hitf = hit.to(torch.float64)
+        hitf = self._hits(x).to(torch.float64)
         slot = torch.where(self.slot >= 0, self.slot, torch.full_like(self.slot, self.width))
         out = out.scatter_reduce(1, slot.expand(n, -1), hitf, reduce="amax")
         any_hit = torch.zeros((n, self.columns.numel()), dtype=torch.float64, device=x.device)
@@ -192,23 +222,31 @@ class CategoryMap(nn.Module):
 
 
 class Polynomial(nn.Module):
-    factors: list[list[int]]
+    """All output columns at once: ``factors`` is a (degree, n_out) table of input columns,
+    each output's factors in the reference's order (ascending column, repeated by power) and
+    padded with a column of ones; the output is the running product of one gathered
+    (n, n_out) matrix per degree, so each output sees the same multiplications in the same
+    order as the reference (a trailing ``* 1.0`` is exact)."""
 
     def __init__(self, powers: Any) -> None:
         super().__init__()
         p = np.asarray(powers, dtype=np.int64)
-        # one factor list per output column: input column repeated by its power
-        self.factors = [[int(j) for j in np.flatnonzero(r) for _ in range(int(r[j]))] for r in p]
+        n_out, n_in = p.shape
+        lists = [[int(j) for j in np.flatnonzero(r) for _ in range(int(r[j]))] for r in p]
+        degree = max([len(f) for f in lists] + [1])
+        table = np.full((degree, n_out), n_in, dtype=np.int64)  # n_in: the ones column
+        for k, f in enumerate(lists):
+            table[: len(f), k] = f
+        self.register_buffer("factors", torch.from_numpy(table))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         x = xs[0].to(torch.float64)
-        cols: list[Tensor] = []
-        for fs in self.factors:
-            c = torch.ones_like(x[:, 0])
-            for j in fs:
-                c = c * x[:, j]
-            cols.append(c)
-        return torch.stack(cols, dim=1)
+        ones = torch.ones((x.shape[0], 1), dtype=torch.float64, device=x.device)
+        x = torch.cat([x, ones], dim=1)
+        out = x.index_select(1, self.factors[0])
+        for d in range(1, self.factors.shape[0]):
+            out.mul_(x.index_select(1, self.factors[d]))
+        return out
 
 
 class Ufunc(nn.Module):

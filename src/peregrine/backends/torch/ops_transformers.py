@@ -11,13 +11,9 @@ import torch
 from torch import Tensor, nn
 
 from peregrine.backends.reference import QUANTILE_BOUNDS, quantile_clip
-from peregrine.backends.torch.ops import Lowered, lowering
+from peregrine.backends.torch.ops import Lowered, f64, lowering
 from peregrine.ir import Node, Op
 from peregrine.options import CompileOptions
-
-
-def _f64(value: Any) -> Tensor:
-    return torch.from_numpy(np.array(value, dtype=np.float64))
 
 
 def _padded(tables: Any, fill: float, min_width: int = 1) -> tuple[np.ndarray, np.ndarray]:
@@ -44,14 +40,14 @@ class Interp(nn.Module):
         xpt, lengths = _padded(xp, np.inf, 2)  # +inf padding: no finite x passes it
         fpt, _ = _padded(fp, 0.0, 2)
         rows = np.arange(len(lengths))
-        self.register_buffer("xp", _f64(xpt))
-        self.register_buffer("fp", _f64(fpt))
+        self.register_buffer("xp", f64(xpt))
+        self.register_buffer("fp", f64(fpt))
         self.register_buffer("last", torch.from_numpy(lengths - 1).unsqueeze(1))
-        self.register_buffer("xp_last", _f64(xpt[rows, lengths - 1]).unsqueeze(1))
-        self.register_buffer("fp_first", _f64(fpt[:, 0]).unsqueeze(1))
+        self.register_buffer("xp_last", f64(xpt[rows, lengths - 1]).unsqueeze(1))
+        self.register_buffer("fp_first", f64(fpt[:, 0]).unsqueeze(1))
         self.register_buffer("single", torch.from_numpy(lengths == 1).unsqueeze(1))
-        self.register_buffer("left", _f64(np.asarray(left, dtype=np.float64)).unsqueeze(1))
-        self.register_buffer("right", _f64(np.asarray(right, dtype=np.float64)).unsqueeze(1))
+        self.register_buffer("left", f64(np.asarray(left, dtype=np.float64)).unsqueeze(1))
+        self.register_buffer("right", f64(np.asarray(right, dtype=np.float64)).unsqueeze(1))
         self.width = xpt.shape[1]
 
     def columns(self, x: Tensor) -> Tensor:
@@ -95,8 +91,8 @@ class Quantile(nn.Module):
         self.up = Interp(q, [r] * len(q), ones * r[0], ones * r[-1])
         self.down = Interp([-c[::-1] for c in q], [-r[::-1]] * len(q), -ones * r[-1],
                            -ones * r[0])
-        self.register_buffer("q_first", _f64([c[0] for c in q]))
-        self.register_buffer("q_last", _f64([c[-1] for c in q]))
+        self.register_buffer("q_first", f64([c[0] for c in q]))
+        self.register_buffer("q_last", f64([c[-1] for c in q]))
         self.normal = output == "normal"
         self.clip_low, self.clip_high = quantile_clip() if self.normal else (0.0, 1.0)
         self.bound = QUANTILE_BOUNDS  # a module attribute: TorchScript cannot read globals
@@ -135,13 +131,13 @@ class Power(nn.Module):
         lam = np.asarray(lambdas, dtype=np.float64).reshape(-1)
         eps = np.finfo(np.float64).eps
         self.yeo = method == "yeo-johnson"
-        self.register_buffer("lam", _f64(lam))
-        self.register_buffer("two", _f64(2 - lam))
+        self.register_buffer("lam", f64(lam))
+        self.register_buffer("two", f64(2 - lam))
         zero = np.abs(lam) < (eps if self.yeo else 1e-19)
         self.register_buffer("zero", torch.from_numpy(zero))
         self.register_buffer("near_two", torch.from_numpy(~(np.abs(lam - 2) > eps)))
-        self.register_buffer("sign", _f64(np.sign(lam)))
-        self.register_buffer("log_abs", _f64(np.log(np.abs(np.where(zero, 1.0, lam)))))
+        self.register_buffer("sign", f64(np.sign(lam)))
+        self.register_buffer("log_abs", f64(np.log(np.abs(np.where(zero, 1.0, lam)))))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         x0 = xs[0]
@@ -172,7 +168,7 @@ class Digitize(nn.Module):
     def __init__(self, edges: Any) -> None:
         super().__init__()
         table, lengths = _padded(edges, np.inf)
-        self.register_buffer("edges", _f64(table))
+        self.register_buffer("edges", f64(table))
         self.register_buffer("lengths", torch.from_numpy(lengths).unsqueeze(1))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
@@ -190,8 +186,8 @@ def lower_digitize(node: Node, options: CompileOptions) -> Lowered:
 class RangeCheck(nn.Module):
     def __init__(self, low: Any, high: Any) -> None:
         super().__init__()
-        self.register_buffer("low", _f64(low))
-        self.register_buffer("high", _f64(high))
+        self.register_buffer("low", f64(low))
+        self.register_buffer("high", f64(high))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         x = xs[0].to(torch.float64)
@@ -216,10 +212,10 @@ class BSpline(nn.Module):
         self.k = k
         self.n = knots.shape[1] - k - 1
         self.mode = str(a["extrapolation"])
-        self.register_buffer("knots", _f64(knots))
-        self.register_buffer("coef", _f64(np.asarray(a["coef"], dtype=np.float64)[: self.n]))
+        self.register_buffer("knots", f64(knots))
+        self.register_buffer("coef", f64(np.asarray(a["coef"], dtype=np.float64)[: self.n]))
         for e in ("f_min", "f_max", "fp_min", "fp_max", "low", "high"):
-            self.register_buffer(e, _f64(np.asarray(a[e], dtype=np.float64)))
+            self.register_buffer(e, f64(np.asarray(a[e], dtype=np.float64)))
         s = self.coef.shape[1]
         cols = np.arange(s)[None, :]
         reach = np.asarray(a["reach"], dtype=np.int64)[:, None]  # per column (see Op.BSPLINE)
@@ -290,13 +286,13 @@ class KnnImpute(nn.Module):
         fit = np.asarray(a["fit_X"], dtype=np.float64)
         miss = np.isnan(fit)
         fit0 = np.where(miss, 0.0, fit)
-        self.register_buffer("fit0", _f64(fit0))
-        self.register_buffer("fit_sq", _f64(fit0 * fit0))
-        self.register_buffer("fit_norm", _f64(np.einsum("ij,ij->i", fit0, fit0)))
-        self.register_buffer("fit_missing", _f64(miss))
-        self.register_buffer("fit_present", _f64(~miss))
+        self.register_buffer("fit0", f64(fit0))
+        self.register_buffer("fit_sq", f64(fit0 * fit0))
+        self.register_buffer("fit_norm", f64(np.einsum("ij,ij->i", fit0, fit0)))
+        self.register_buffer("fit_missing", f64(miss))
+        self.register_buffer("fit_present", f64(~miss))
         self.register_buffer("donor", torch.from_numpy(~miss))
-        self.register_buffer("fill", _f64(np.asarray(a["fill"], dtype=np.float64)))
+        self.register_buffer("fill", f64(np.asarray(a["fill"], dtype=np.float64)))
         self.columns = [int(c) for c in a["columns"]]
         n_donors = (~miss).sum(axis=0)
         self.ks = [int(min(int(a["n_neighbors"]), n_donors[c])) for c in self.columns]

@@ -1,0 +1,75 @@
+"""The torch program runs large batches in row blocks (backends/torch/module.py): the answers must
+be those of one whole-batch run, to the bit, with the output dtype the source returns."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import make_classification
+from sklearn.linear_model import LogisticRegression
+from sklearn.neural_network import MLPClassifier
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import MinMaxScaler, Normalizer, PolynomialFeatures, StandardScaler
+
+import peregrine
+from peregrine.backends.torch import module
+
+X, Y = make_classification(300, 6, n_informative=4, random_state=0)
+
+
+def _models():
+    return {
+        "scaler": (StandardScaler().fit(X), "transform"),
+        "minmax": (MinMaxScaler(clip=True).fit(X), "transform"),
+        "normalizer": (Normalizer().fit(X), "transform"),
+        "poly": (PolynomialFeatures(3).fit(X), "transform"),
+        "logreg": (make_pipeline(StandardScaler(), LogisticRegression()).fit(X, Y),
+                   "predict_proba"),
+        "mlp": (MLPClassifier((8,), max_iter=30, random_state=0).fit(X, Y), "predict_proba"),
+    }
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    # 97 rows a block: a 1000-row batch is 10 full blocks and a ragged tail
+    monkeypatch.setattr(module, "BLOCK_BYTES", 1)
+    monkeypatch.setattr(module, "MIN_BLOCK_ROWS", 97)
+
+
+@pytest.mark.parametrize("backend", ["torch", "torchscript"])
+@pytest.mark.parametrize("name", sorted(_models()))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_blocks_equal_one_pass(small_blocks, backend, name, dtype):
+    model, method = _models()[name]
+    rows = np.random.default_rng(1).normal(size=(1000, X.shape[1])).astype(dtype)
+    blocked = peregrine.compile(model, backend)
+    program = blocked._exec._program((blocked.spec.methods[method].output,))
+    assert program.chunk_rows == 97
+    got = getattr(blocked, method)(rows)
+    # one pass: blocking off
+    whole = peregrine.compile(model, backend)
+    whole._exec._programs.clear()
+    module_block_rows = module.block_rows
+    try:
+        module.block_rows = lambda *a: 0
+        want_one = getattr(whole, method)(rows)
+    finally:
+        module.block_rows = module_block_rows
+    np.testing.assert_array_equal(got, want_one)
+    want = getattr(model, method)(rows)
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_narrow_output_is_written_in_the_input_dtype(small_blocks):
+    compiled = peregrine.compile(StandardScaler().fit(X), "torch")
+    x = torch.from_numpy(np.random.default_rng(2).normal(size=(500, 6)).astype(np.float32))
+    (out,) = compiled._exec.forward_tensors(x, ("transform",))
+    assert out.dtype == torch.float32 and out.shape == (500, 6)
+
+
+def test_no_blocks_on_small_batches():
+    compiled = peregrine.compile(StandardScaler().fit(X), "torch")
+    program = compiled._exec._program(("transform",))
+    assert program.chunk_rows >= module.MIN_BLOCK_ROWS
+    rows = X[:10]
+    np.testing.assert_allclose(compiled.transform(rows), StandardScaler().fit(X).transform(rows))
