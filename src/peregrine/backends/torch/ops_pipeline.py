@@ -28,7 +28,8 @@ class Linear(nn.Module):
         self.register_buffer("bias", _f64(bias))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
-        return xs[0].to(torch.float64) @ self.weight + self.bias
+        # the product's fresh result takes the bias in place (x @ W, then + b: the rule's order)
+        return (xs[0].to(torch.float64) @ self.weight).add_(self.bias)
 
 
 class Select(nn.Module):
@@ -52,7 +53,12 @@ class CenterScale(nn.Module):
         self.register_buffer("scale", _f64(scale))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
-        return (xs[0].to(torch.float64) - self.center) / self.scale
+        x = xs[0]
+        # (x - center) / scale, the rule's two roundings; the subtraction makes the op's own
+        # tensor (from a float32 block, the cast does), the division then runs in place
+        if x.dtype == torch.float64:
+            return (x - self.center).div_(self.scale)
+        return x.to(torch.float64).sub_(self.center).div_(self.scale)
 
 
 class Clip(nn.Module):
@@ -62,7 +68,10 @@ class Clip(nn.Module):
         self.high = high
 
     def forward(self, xs: list[Tensor]) -> Tensor:
-        return torch.clamp(xs[0].to(torch.float64), self.low, self.high)  # NaN stays NaN
+        x = xs[0]
+        if x.dtype == torch.float64:
+            return torch.clamp(x, self.low, self.high)  # NaN stays NaN
+        return x.to(torch.float64).clamp_(self.low, self.high)
 
 
 class Normalize(nn.Module):
