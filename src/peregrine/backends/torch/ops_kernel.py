@@ -64,7 +64,6 @@ class Kernel(nn.Module):
         self.center = "center_rows" in a
         v = np.asarray(a["vectors"], dtype=np.float64)
         self.register_buffer("vectors", f64(v))
-        self.step = _chunk_rows(v.shape[0], v.shape[1])
         self.register_buffer("vv", f64(np.einsum("ij,ij->i", v, v)))
         self.register_buffer("center_rows", f64(a.get("center_rows", np.zeros(len(v)))))
         self.center_all = float(a.get("center_all", 0.0))
@@ -81,13 +80,12 @@ class Kernel(nn.Module):
     def forward(self, xs: list[Tensor]) -> Tensor:
         x = xs[0].to(torch.float64)
         v = self.vectors
-        if self.kind == "rbf" and self.libsvm:  # squared differences, as k_function
-            parts: list[Tensor] = [x.new_zeros((0, v.shape[0]))]  # keeps cat valid on 0 rows
-            for s in range(0, x.shape[0], self.step):
-                d = x[s : s + self.step].unsqueeze(1) - v.unsqueeze(0)
-                parts.append((d * d).sum(dim=2))
-            k = torch.exp(-self.gamma * torch.cat(parts, dim=0))
-        elif self.kind == "rbf":  # euclidean_distances(squared=True), expanded
+        if self.kind == "rbf":
+            # sklearn's euclidean_distances(squared=True): |x|^2 - 2 x.v + |v|^2, clamped at 0.
+            # For libsvm's form too: its k_function sums squared differences (the reference
+            # rule does), which here would be an (n, m, d) temporary; one GEMM is ~10x faster
+            # and differs by rounding only (~1e-16 (|x|^2 + |v|^2) in the distance, inside the
+            # 1e-5 contract, as the conformance cases check)
             d = -2 * (x @ v.T)
             d += (x * x).sum(dim=1).unsqueeze(1)
             d += self.vv.unsqueeze(0)
