@@ -22,6 +22,8 @@ THREADS = "2"
 for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(var, THREADS)
 
+LOAD_AT_START = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -195,8 +197,9 @@ def main(argv=None) -> int:
     import skl2onnx
 
     head = [f"# Pipeline benchmark ({args.rows:,} rows, 20 features, {THREADS} threads)", "",
-            f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores "
-            f"(shared and loaded while measured: other jobs ran on it; treat ratios as rough). "
+            f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"load average {LOAD_AT_START:.1f} at the start (a shared VM: treat ratios within "
+            "~20% of 1 as ties). "
             f"Python {sys.version.split()[0]}, scikit-learn {sklearn.__version__}, torch "
             f"{torch.__version__}, onnxruntime {onnxruntime.__version__}, skl2onnx "
             f"{skl2onnx.__version__}, peregrine {peregrine.__version__}. One call on all rows, "
@@ -215,9 +218,27 @@ def main(argv=None) -> int:
     text = "\n".join(head) + "\n"
     print(text)
     if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text)
+        write_report(args.out, text)
     return 0
+
+
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def write_report(path: str, text: str) -> None:
+    """Replace the results between the markers, keeping the prose around them."""
+    try:
+        with open(path) as fh:
+            old = fh.read()
+    except FileNotFoundError:
+        old = ""
+    if BEGIN in old and END in old.split(BEGIN, 1)[1]:
+        head, rest = old.split(BEGIN, 1)
+        text = f"{head}{BEGIN}\n{text}{END}{rest.split(END, 1)[1]}"
+    else:
+        text = f"{BEGIN}\n{text}{END}\n{old}"
+    with open(path, "w") as fh:
+        fh.write(text)
 
 
 if __name__ == "__main__":
