@@ -73,3 +73,20 @@ def test_no_blocks_on_small_batches():
     assert program.chunk_rows >= module.MIN_BLOCK_ROWS
     rows = X[:10]
     np.testing.assert_allclose(compiled.transform(rows), StandardScaler().fit(X).transform(rows))
+
+
+def test_float32_input_is_cast_once_only_where_every_reader_casts(small_blocks):
+    """Blocks of a float32 batch are cast into one reused float64 buffer when every op reading
+    the input casts it first (scalers, linear models); a tree ensemble compares in its input's
+    own precision, so it keeps receiving float32."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    rf = RandomForestClassifier(n_estimators=4, max_depth=3, random_state=0).fit(X, Y)
+    big = np.tile(X, (4, 1)).astype(np.float32)
+    for model, method, cast in ((StandardScaler().fit(X), "transform", True),
+                                (rf, "predict_proba", False)):
+        compiled = peregrine.compile(model, "torch")
+        program = compiled._exec._program((compiled.spec.methods[method].output,))
+        assert program.cast_input is cast
+        np.testing.assert_array_equal(getattr(compiled, method)(big),
+                                      getattr(peregrine.compile(model, "reference"), method)(big))

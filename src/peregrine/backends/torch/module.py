@@ -49,15 +49,18 @@ class GraphProgram(nn.Module):
     outs: list[int]
     narrow: list[bool]
     chunk_rows: int
+    cast_input: bool
 
     def __init__(self, steps: list[nn.Module], srcs: list[list[int]], outs: list[int],
-                 narrow: list[bool] | None = None, chunk_rows: int = 0) -> None:
+                 narrow: list[bool] | None = None, chunk_rows: int = 0,
+                 cast_input: bool = False) -> None:
         super().__init__()
         self.steps = nn.ModuleList(steps)
         self.srcs = srcs
         self.outs = outs
         self.narrow = narrow if narrow is not None else [False] * len(outs)
         self.chunk_rows = chunk_rows
+        self.cast_input = cast_input
 
     def _run(self, x: Tensor) -> list[Tensor]:
         values: list[Tensor] = [x]
@@ -79,7 +82,13 @@ class GraphProgram(nn.Module):
         if step <= 0 or n < 2 * step:
             res = self._run(x)
             return [v.to(self._out_dtype(k, v, x)) for k, v in enumerate(res)]
-        first = self._run(x[:step])
+        # a float32 batch is cast block by block into one reused float64 buffer: every
+        # pipeline op reads float64 (its ``.to`` is then a no-op) and a copy into warm memory
+        # costs half of a cast that allocates fresh pages each block. No op writes into its
+        # input, and each block's outputs are copied out before the next block overwrites it.
+        cast = x.dtype == torch.float32 and self.cast_input
+        buf = torch.empty((step, x.shape[1]), dtype=torch.float64, device=x.device)
+        first = self._run(buf.copy_(x[:step]) if cast else x[:step])
         outs: list[Tensor] = []
         for k, v in enumerate(first):
             shape = list(v.shape)
@@ -88,11 +97,19 @@ class GraphProgram(nn.Module):
             out[:step].copy_(v)
             outs.append(out)
         for start in range(step, n, step):
-            res = self._run(x[start:start + step])
+            block = x[start:start + step]
+            if cast:
+                block = buf[:block.shape[0]].copy_(block)
+            res = self._run(block)
             for k, v in enumerate(res):
                 outs[k][start:start + step].copy_(v)
         return outs
 
+
+# Ops whose lowering starts by casting its input to float64 (backends/torch/ops_pipeline.py): a
+# float32 input may reach them already cast (GraphProgram.cast_input).
+CASTING_OPS = frozenset({Op.LINEAR, Op.CENTER_SCALE, Op.CLIP, Op.NORMALIZE, Op.BINARIZE,
+                         Op.IMPUTE, Op.CONCAT, Op.UFUNC})
 
 # Bytes of intermediate values per row block: a block's values stay within the per-core L2
 # cache (measured on the 2-core benchmark machine: 1-2 MiB blocks ran elementwise chains and
@@ -214,8 +231,13 @@ class TorchExecutable(Executable):
         for m in self.spec.methods.values():
             dtypes.setdefault(m.output, set()).add(m.dtype)
         narrow = [dtypes.get(o) == {"input"} for o in outputs]
+        # the input may be handed over in float64 only when every op reading it casts it to
+        # float64 first (trees compare in the input's own precision; selections pass it on)
+        readers = {n.op for n in graph.nodes if n.name in needed
+                   and any(graph.node(i).op is Op.INPUT for i in n.inputs)}
+        cast_input = bool(readers) and readers <= CASTING_OPS
         return GraphProgram(steps, srcs, [index[w] for w in wanted], narrow,
-                            block_rows(graph, needed, self._device))
+                            block_rows(graph, needed, self._device), cast_input)
 
     # ----------------------------------------------------------------------------- calls --
     def _as_tensor(self, X: Any) -> Tensor:
