@@ -1,5 +1,6 @@
 """The IR's operators. Each op's meaning is defined once, by its NumPy rule in
-``backends/reference.py``; every other backend lowers each op once, in a table keyed by Op.
+``backends/reference.py`` (the kernel, meta-estimator and transformer ops' rules in
+``reference_models.py`` and ``reference_transformers.py``, registered by it); every other backend lowers each op once, in a table keyed by Op.
 
 Shapes: every tensor is 2-D ``(batch, width)``; methods that return 1-D arrays squeeze at the
 runtime boundary, so ops never special-case rank.

@@ -2,7 +2,7 @@
 
 A lowering turns a Node into an ``nn.Module`` whose ``forward(xs: List[Tensor]) -> Tensor`` takes
 the node's input values in order; the modules are scriptable, so the TorchScript backend compiles
-the same program. Each rule follows its NumPy rule in ``backends/reference.py`` operation for
+the same program. Each rule follows its NumPy rule in ``backends/reference*.py`` operation for
 operation, including dtypes (NumPy promotes ``float32 * float64 array`` to float64, torch would
 not for a 0-d tensor, so casts are explicit). An op or Link kind without a lowering raises
 UnsupportedModelError at compile time: never a silently different answer.

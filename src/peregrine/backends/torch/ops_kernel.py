@@ -1,5 +1,5 @@
 """Torch lowerings of the kernel-method and neighbour ops (SVMs, KNN, KernelPCA), one per Op,
-mirroring their NumPy rules in ``backends/reference.py`` operation for operation in float64
+mirroring their NumPy rules in ``backends/reference*.py`` operation for operation in float64
 (libsvm's k_function, its probability coupling iteration, sklearn's neighbour weights).
 Scriptable: loops run over Python ints, options are plain attributes."""
 

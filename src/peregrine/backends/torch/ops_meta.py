@@ -1,5 +1,5 @@
 """Torch lowerings of the meta-estimator ops (see ops.py for the lowering table), mirroring
-their NumPy rules in ``backends/reference.py`` operation for operation, in float64."""
+their NumPy rules in ``backends/reference*.py`` operation for operation, in float64."""
 
 from typing import Any
 

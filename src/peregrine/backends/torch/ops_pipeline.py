@@ -1,5 +1,5 @@
 """Torch lowerings of the pipeline ops (scikit-learn featurizers and linear models), one per
-Op, mirroring their NumPy rules in ``backends/reference.py``: every module casts its input to
+Op, mirroring their NumPy rules in ``backends/reference*.py``: every module casts its input to
 float64 first, as the rules do."""
 
 from typing import Any

@@ -1,5 +1,5 @@
 """Torch lowerings of the transformers-area ops (INTERP, QUANTILE, POWER, DIGITIZE, RANGE_CHECK,
-BSPLINE, KNN_IMPUTE), one per Op, mirroring their NumPy rules in ``backends/reference.py``
+BSPLINE, KNN_IMPUTE), one per Op, mirroring their NumPy rules in ``backends/reference*.py``
 operation for operation. Per-column tables of different lengths are padded to one
 (columns, width) tensor so a batched ``torch.searchsorted`` serves every column; the padding
 never decides a result (lengths are kept beside the table). Every module is scriptable."""
