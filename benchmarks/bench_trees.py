@@ -374,6 +374,10 @@ def versions() -> dict[str, str]:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
             pass
+    try:  # the CPU-only wheel installs under another distribution name
+        out.setdefault("xgboost", version("xgboost-cpu"))
+    except PackageNotFoundError:
+        pass
     try:
         import llvmlite.binding as llvm
 
