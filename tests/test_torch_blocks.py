@@ -13,6 +13,10 @@ from sklearn.preprocessing import MinMaxScaler, Normalizer, PolynomialFeatures, 
 import peregrine
 from peregrine.backends.torch import module
 
+# these tests are about the op-by-op program's row blocks: fused kernels (which would take
+# these all-row-wise graphs on CPU) are tested in test_fused_rows.py
+OP_BY_OP = peregrine.CompileOptions(fused_kernels=False)
+
 X, Y = make_classification(300, 6, n_informative=4, random_state=0)
 
 
@@ -41,12 +45,12 @@ def small_blocks(monkeypatch):
 def test_blocks_equal_one_pass(small_blocks, backend, name, dtype):
     model, method = _models()[name]
     rows = np.random.default_rng(1).normal(size=(1000, X.shape[1])).astype(dtype)
-    blocked = peregrine.compile(model, backend)
+    blocked = peregrine.compile(model, backend, options=OP_BY_OP)
     program = blocked._exec._program((blocked.spec.methods[method].output,))
     assert program.chunk_rows == 97
     got = getattr(blocked, method)(rows)
     # one pass: blocking off
-    whole = peregrine.compile(model, backend)
+    whole = peregrine.compile(model, backend, options=OP_BY_OP)
     whole._exec._programs.clear()
     module_block_rows = module.block_rows
     try:
@@ -61,14 +65,14 @@ def test_blocks_equal_one_pass(small_blocks, backend, name, dtype):
 
 
 def test_narrow_output_is_written_in_the_input_dtype(small_blocks):
-    compiled = peregrine.compile(StandardScaler().fit(X), "torch")
+    compiled = peregrine.compile(StandardScaler().fit(X), "torch", options=OP_BY_OP)
     x = torch.from_numpy(np.random.default_rng(2).normal(size=(500, 6)).astype(np.float32))
     (out,) = compiled._exec.forward_tensors(x, ("transform",))
     assert out.dtype == torch.float32 and out.shape == (500, 6)
 
 
 def test_no_blocks_on_small_batches():
-    compiled = peregrine.compile(StandardScaler().fit(X), "torch")
+    compiled = peregrine.compile(StandardScaler().fit(X), "torch", options=OP_BY_OP)
     program = compiled._exec._program(("transform",))
     assert program.chunk_rows >= module.MIN_BLOCK_ROWS
     rows = X[:10]
@@ -85,7 +89,7 @@ def test_float32_input_is_cast_once_only_where_every_reader_casts(small_blocks):
     big = np.tile(X, (4, 1)).astype(np.float32)
     for model, method, cast in ((StandardScaler().fit(X), "transform", True),
                                 (rf, "predict_proba", False)):
-        compiled = peregrine.compile(model, "torch")
+        compiled = peregrine.compile(model, "torch", options=OP_BY_OP)
         program = compiled._exec._program((compiled.spec.methods[method].output,))
         assert program.cast_input is cast
         np.testing.assert_array_equal(getattr(compiled, method)(big),

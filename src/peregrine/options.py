@@ -51,6 +51,10 @@ class CompileOptions:
         Backend-specific schedule object (native backend); ``None`` lets the backend choose.
     validate_input:
         Check NaN/inf policy of the source library on every call (cheap; keep on).
+    fused_kernels:
+        Torch backend on CPU: a program made only of row-wise pipeline ops (scalers, linear
+        models, links, normalizers...) runs as one LLVM kernel that reads each row once
+        (``backends/native/rowwise.py``); False keeps the op-by-op torch program.
     """
 
     tree_strategy: TreeStrategy = TreeStrategy.AUTO
@@ -59,6 +63,7 @@ class CompileOptions:
     batch_size: int | None = None
     schedule: Any = None
     validate_input: bool = True
+    fused_kernels: bool = True
 
     def __post_init__(self) -> None:
         # Accept the enum's string value too, so CLI and JSON round-trips stay simple.
@@ -85,6 +90,7 @@ class CompileOptions:
             "batch_size": self.batch_size,
             "schedule": schedule,
             "validate_input": self.validate_input,
+            "fused_kernels": self.fused_kernels,
         }
 
     @classmethod
@@ -96,4 +102,5 @@ class CompileOptions:
             batch_size=data.get("batch_size"),
             schedule=data.get("schedule"),
             validate_input=bool(data.get("validate_input", True)),
+            fused_kernels=bool(data.get("fused_kernels", True)),
         )

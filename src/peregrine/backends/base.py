@@ -13,6 +13,12 @@ from peregrine.frontends.base import ModelSpec
 from peregrine.options import CompileOptions
 
 
+class NonFiniteInput(Exception):
+    """Raised by a runner that checks its input itself (``runner(...).checks_finite``) when the
+    input holds a NaN or an infinity the model rejects: the caller then takes its checking path,
+    which says where."""
+
+
 class Executable(ABC):
     """A compiled program: computes named graph outputs for a validated 2-D input."""
 
@@ -27,7 +33,9 @@ class Executable(ABC):
     def runner(self, output: str) -> Callable[[np.ndarray], np.ndarray] | None:
         """Optional fast path: ``X -> value of output`` for a validated 2-D float32/float64
         numpy array, with no per-call planning. None (the default) when the backend has none
-        for this output; ``CompiledModel`` then calls :meth:`run`."""
+        for this output; ``CompiledModel`` then calls :meth:`run`. A runner whose attribute
+        ``checks_finite`` is true checks the source's NaN/inf policy as it runs and raises
+        :class:`NonFiniteInput` instead of returning (no separate pass over the input)."""
         return None
 
     def to(self, device: str) -> Executable:

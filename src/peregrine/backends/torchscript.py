@@ -16,7 +16,8 @@ from peregrine.backends.torch.module import GraphProgram, TorchBackend, TorchExe
 class TorchScriptExecutable(TorchExecutable):
     backend_name = "torchscript"
 
-    def _finalize(self, program: GraphProgram) -> nn.Module:
+    def _finalize(self, program: GraphProgram, outputs: tuple[str, ...]) -> nn.Module:
+        # always the op-by-op program: a scripted module runs without Python (no fused kernel)
         with warnings.catch_warnings():
             # torch >= 2.10 marks torch.jit deprecated in favour of torch.compile/export; scripting
             # still works and is what this backend promises (a serialisable, Python-free program).

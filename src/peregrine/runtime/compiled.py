@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from peregrine.backends import Executable, get_backend
+from peregrine.backends.base import NonFiniteInput
 from peregrine.errors import InputError
 from peregrine.frontends.base import INPUT_ERRORS, METHOD_NAMES, ModelSpec
 from peregrine.options import CompileOptions
@@ -163,12 +164,22 @@ class CompiledModel:
         if run is None:
             return False
         fast = self._finish(method, run)
+        generic = self._call
+        if getattr(run, "checks_finite", False):
+            # the kernel checked as it read the rows: no separate pass over the input
+            def checked(X: np.ndarray) -> np.ndarray:
+                try:
+                    return fast(X)
+                except NonFiniteInput:  # the generic path checks again and says where
+                    return generic(name, X)
+
+            return checked
         if not self.options.validate_input or (spec.allow_nan and spec.allow_inf):
             return fast
         # the source rejects NaN or infinity: a finite sum proves the input holds neither
         # (one reduction, ~0.5 us a row); anything else (a NaN the model accepts, an overflowing
         # sum, a value to reject) takes the generic path, which checks and says where
-        generic, total, finite = self._call, np.add.reduce, math.isfinite
+        total, finite = np.add.reduce, math.isfinite
         return lambda X: fast(X) if finite(total(X, None)) else generic(name, X)
 
     @staticmethod

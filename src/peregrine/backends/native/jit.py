@@ -118,9 +118,12 @@ def cache_dir() -> Path:
 
 
 def compile_object(spec: KernelSpec, target: Target) -> bytes:
-    """IR -> optimised module -> object code for ``target``."""
+    """IR -> optimised module -> object code for ``target``. ``spec`` is a forest KernelSpec or
+    any spec with ``key``, ``symbol`` and ``build_ir(triple)`` (rowwise.RowSpec)."""
     tm = target_machine(target)
-    module_ir = build_module(spec, llvm.get_process_triple())
+    build = getattr(spec, "build_ir", None)
+    triple = llvm.get_process_triple()
+    module_ir = build(triple) if build is not None else build_module(spec, triple)
     text = str(module_ir)
     mod = llvm.parse_assembly(text)
     mod.verify()

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from peregrine.backends.base import Backend, Executable
+from peregrine.backends.base import Backend, Executable, NonFiniteInput
 from peregrine.backends.torch.ops import Lowered, lower_node
 from peregrine.errors import UnsupportedModelError
 from peregrine.frontends.base import ModelSpec
@@ -104,6 +104,31 @@ class GraphProgram(nn.Module):
             for k, v in enumerate(res):
                 outs[k][start:start + step].copy_(v)
         return outs
+
+
+class FusedProgram(nn.Module):
+    """CPU: a program whose ops are all row-wise pipeline ops, run as one native kernel
+    (``native.fused.RowKernel``, code from ``backends/native/rowwise.py``: each row read once,
+    every intermediate value kept in registers, the outputs written once in their final dtype)
+    instead of one torch op per IR node. Same values as the op-by-op program up to the order of a few float64 sums
+    (docs/pipelines.md). Inputs the kernel does not take (not a 2-D float32/float64 CPU
+    tensor) run the op-by-op ``fallback``."""
+
+    def __init__(self, kernel: Any, fallback: GraphProgram, n_threads: int | None) -> None:
+        super().__init__()
+        self.kernel = kernel
+        self.fallback = fallback
+        self.n_threads = n_threads
+
+    def threads(self) -> int:
+        return self.n_threads or torch.get_num_threads()
+
+    def forward(self, x: Tensor) -> list[Tensor]:
+        if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or (
+                x.dim() != 2 or x.shape[0] == 0):
+            return self.fallback(x)
+        arr = x.detach().contiguous().numpy()
+        return [torch.from_numpy(o) for o in self.kernel.run(arr, self.threads())]
 
 
 # Ops whose lowering starts by casting its input to float64 (backends/torch/ops_pipeline.py): a
@@ -198,8 +223,19 @@ class TorchExecutable(Executable):
             self._program((name,))
 
     # ------------------------------------------------------------------------- programs --
-    def _finalize(self, program: GraphProgram) -> nn.Module:
-        return program
+    def _finalize(self, program: GraphProgram, outputs: tuple[str, ...]) -> nn.Module:
+        if self._device.type != "cpu" or not self.options.fused_kernels:
+            return program
+        try:
+            from peregrine.backends.native.fused import row_kernel  # needs llvmlite
+        except ImportError:  # without the native extra: the op-by-op program
+            return program
+        graph = self.spec.graph
+        kernel = row_kernel(graph, [graph.outputs[o] for o in outputs], program.narrow)
+        if kernel is None:
+            return program
+        kernel.prepare()  # compile now: errors at compile time, no first-call latency
+        return FusedProgram(kernel, program, self.options.n_threads)
 
     def _program(self, outputs: tuple[str, ...]) -> nn.Module:
         program = self._programs.get(outputs)
@@ -207,7 +243,7 @@ class TorchExecutable(Executable):
             return program
         with self._lock:
             if outputs not in self._programs:
-                self._programs[outputs] = self._finalize(self._build(outputs))
+                self._programs[outputs] = self._finalize(self._build(outputs), outputs)
             return self._programs[outputs]
 
     def _build(self, outputs: tuple[str, ...]) -> GraphProgram:
@@ -255,6 +291,22 @@ class TorchExecutable(Executable):
             values = program(x)
         return {o: v.cpu().numpy() for o, v in zip(outputs, values)}
 
+    def runner(self, output: str) -> Any:
+        """The fused kernel straight on numpy (no tensors, no thread pinning), checking the
+        source's NaN/inf policy in the same pass; None for op-by-op programs."""
+        program = self._program((output,))
+        if not isinstance(program, FusedProgram):
+            return None
+        spec = self.spec
+        check = self.options.validate_input and not (spec.allow_nan and spec.allow_inf)
+        kernel, threads = program.kernel, program.threads
+
+        def run(X: np.ndarray) -> np.ndarray:
+            return kernel.run(np.ascontiguousarray(X), threads(), check)[0]
+
+        run.checks_finite = check
+        return run
+
     def forward_tensors(self, X: Tensor, outputs: tuple[str, ...]) -> list[Tensor]:
         """Outputs as tensors on the executable's device (no host copy)."""
         with torch_threads(self.options.n_threads), torch.inference_mode():
@@ -272,7 +324,7 @@ class TorchExecutable(Executable):
                 low.module.to(dev)
             self._device = dev
             # Scripted programs hold their own handles on the buffers: rebuild them.
-            self._programs = {k: self._finalize(self._build(k)) for k in self._programs}
+            self._programs = {k: self._finalize(self._build(k), k) for k in self._programs}
         return self
 
     def tree_info(self) -> list[dict]:
@@ -285,6 +337,10 @@ class TorchExecutable(Executable):
             "device": str(self._device),
             "n_threads": self.options.n_threads or f"torch default ({torch.get_num_threads()})",
         }
+        fused = {",".join(k): p.kernel.symbols for k, p in self._programs.items()
+                 if isinstance(p, FusedProgram)}
+        if fused:
+            info["fused_kernels"] = fused
         if len(trees) == 1:  # the common case: one ensemble, its choices at the top level
             info.update({k: v for k, v in trees[0].items() if k != "node"})
         elif trees:

@@ -1,0 +1,92 @@
+"""Running fused row-wise kernels (rowwise.py): one compiled kernel per input dtype, rows split
+over the native backend's thread pool (ctypes drops the GIL for each call), outputs allocated
+in their final dtype and written once by the kernel."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any
+
+import numpy as np
+
+from peregrine.backends.base import NonFiniteInput
+from peregrine.backends.native import jit
+from peregrine.backends.native.rowwise import RowPlan, plan
+from peregrine.ir import Graph
+
+ROW_KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+# Below this many input values per thread a hand-off to the pool (tens of microseconds) costs
+# more than the rows take: the kernel reads about one value per nanosecond.
+PARALLEL_MIN_VALUES = 1 << 16
+DTYPES = ("float32", "float64")
+
+
+class RowKernel:
+    """The outputs ``wanted`` of ``graph`` as one fused kernel per input dtype, built on first
+    use of that dtype (``prepare`` builds them up front). ``fusable`` is False when some node is
+    not a row-wise op the generator knows; callers then keep their own program."""
+
+    def __init__(self, graph: Graph, wanted: list[str], narrow: list[bool]) -> None:
+        self._graph, self._wanted, self._narrow = graph, list(wanted), list(narrow)
+        self._plans: dict[str, RowPlan | None] = {}
+        self._fns: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self.fusable = self._plan("float64") is not None
+
+    def _plan(self, dtype: str) -> RowPlan | None:
+        if dtype not in self._plans:
+            self._plans[dtype] = plan(self._graph, self._wanted, self._narrow, dtype)
+        return self._plans[dtype]
+
+    def _fn(self, dtype: str) -> tuple[Any, RowPlan]:
+        fn = self._fns.get(dtype)
+        if fn is None:
+            with self._lock:
+                fn = self._fns.get(dtype)
+                if fn is None:
+                    p = self._plan(dtype)
+                    address, _ = jit.kernel_address(p.spec)
+                    fn = self._fns[dtype] = (ROW_KERNEL(address), p)
+        return fn
+
+    def prepare(self, dtypes: tuple[str, ...] = DTYPES) -> None:
+        """Compile now (errors surface at compile time; no first-call latency)."""
+        for dtype in dtypes:
+            self._fn(dtype)
+
+    @property
+    def symbols(self) -> dict[str, str]:
+        return {d: p.spec.symbol for d, p in self._plans.items() if p is not None}
+
+    def run(self, X: np.ndarray, n_threads: int, check: bool = False) -> list[np.ndarray]:
+        """Outputs for a C-contiguous 2-D float32/float64 ``X``. ``check``: raise
+        NonFiniteInput when X holds a NaN or an infinity (the outputs are then discarded)."""
+        (fn, p) = self._fn(X.dtype.name)
+        n = X.shape[0]
+        outs = [np.empty((n, w), dtype=dt) for dt, w in zip(p.out_dtypes, p.out_widths)]
+        ptrs = np.array([o.ctypes.data for o in outs], dtype=np.uintp)
+        x_ptr, params, out_ptr = X.ctypes.data, p.params.ctypes.data, ptrs.ctypes.data
+        threads = max(1, min(n_threads, n * max(1, X.shape[1]) // PARALLEL_MIN_VALUES))
+        flags = np.zeros(threads)
+        if threads == 1:
+            fn(x_ptr, 0, n, params, out_ptr, flags.ctypes.data)
+        else:
+            from peregrine.backends.native.executable import _pool  # the native thread pool
+
+            bounds = np.linspace(0, n, threads + 1).astype(np.int64)
+            jobs = [_pool(threads).submit(fn, x_ptr, int(bounds[i]), int(bounds[i + 1]), params,
+                                          out_ptr, flags[i:].ctypes.data)
+                    for i in range(1, threads)]
+            fn(x_ptr, 0, int(bounds[1]), params, out_ptr, flags.ctypes.data)
+            for job in jobs:
+                job.result()
+        if check and not np.isfinite(flags.sum()):
+            raise NonFiniteInput
+        return outs
+
+
+def row_kernel(graph: Graph, wanted: list[str], narrow: list[bool]) -> RowKernel | None:
+    kernel = RowKernel(graph, wanted, narrow)
+    return kernel if kernel.fusable else None

@@ -1,0 +1,455 @@
+"""One LLVM kernel for a graph of row-wise pipeline ops (scalers, linear models, links...).
+
+Why: these ops do a few flops per element, so run one at a time (NumPy rules, or torch ops on
+row blocks) each is a pass over memory plus dispatch, and a float32 batch needs a float64 copy
+first. The fused kernel reads each input row once (float32 or float64), keeps every
+intermediate value of that row in registers as a ``<width x double>`` vector, and stores only
+the outputs, in their final dtype. That is a single pass over the batch, the least any
+implementation can do (ONNX Runtime's float32 kernels included) while still computing in
+float64 as scikit-learn does.
+
+Semantics are those of ``reference.RULES`` op by op, in float64 (the rules' casts), with the
+rules' operation order where rounding depends on it (``(x - c) / s``, ``x * a + b``, products
+then bias); sums run left to right where NumPy may pair them up, and libm's ``exp``/``log``
+replace NumPy's SIMD ones: differences of a few ulps, far inside the conformance tolerances.
+NaN follows IEEE comparisons exactly as the rules' NumPy expressions do.
+
+The kernel also sums ``x * 0`` over every input value it reads: the sum is NaN exactly when the
+input holds a NaN or an infinity, so the finite-input check scikit-learn makes costs nothing
+extra (``RowKernel`` reports it; the runtime then takes its checking path).
+
+Parameters (weights, centres...) are not baked into the code: they travel in one float64
+buffer, and the spec holds only shapes, offsets and scalar attributes. Models of one shape
+share a kernel, and the object cache (jit.py) keys on the spec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from llvmlite import ir
+
+from peregrine.backends.native.irutil import F32, F64, I1, I32, I64, PTR, gep
+from peregrine.ir import Graph, Link, Op
+
+# Limits past which a fused kernel is the wrong tool: a LINEAR this large is a GEMM (torch's
+# BLAS blocks it for the cache; a per-row loop would reload the weights every row), and very
+# wide row vectors spill registers and take LLVM long to compile.
+MAX_WIDTH = 512
+MAX_WEIGHTS = 1 << 15
+ROW_UNROLL = 4
+DOT_OUTPUTS = 4  # LINEAR with at most this many outputs: one vector dot product per output
+UFUNCS = {"log": "log", "exp": "exp", "sqrt": "sqrt", "absolute": "fabs", "abs": "fabs"}
+LINKS = (Link.IDENTITY, Link.SIGMOID, Link.SOFTMAX, Link.EXP)
+OUT_TYPES = {"float64": F64, "float32": F32, "int64": I64}
+INT_OPS = (Op.THRESHOLD, Op.ARGMAX)  # their values are int64 0/1 or indices (the rules')
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """A fused kernel's structure: input dtype and width, the steps (op, inputs, width, scalar
+    attributes, parameter offsets) and the outputs (value index, dtype). JSON text, hashed."""
+
+    x_dtype: str
+    n_features: int
+    steps: str  # json list of step dicts
+    outputs: str  # json list of [value index, dtype]
+
+    @property
+    def key(self) -> str:
+        text = "|".join((self.x_dtype, str(self.n_features), self.steps, self.outputs))
+        return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+    @property
+    def symbol(self) -> str:
+        return f"peregrine_rows_{self.key}"
+
+    def build_ir(self, triple: str = "") -> ir.Module:
+        module = ir.Module(name=self.symbol)
+        module.triple = triple
+        _Emitter(module, self).emit()
+        return module
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    spec: RowSpec
+    params: np.ndarray  # float64, what the offsets in spec.steps index
+    out_dtypes: tuple[str, ...]
+    out_widths: tuple[int, ...]
+
+
+def plan(graph: Graph, wanted: list[str], narrow: list[bool], x_dtype: str) -> RowPlan | None:
+    """The fused kernel computing the nodes ``wanted`` (graph node names) from X, or None when
+    some node it needs is not a row-wise op this generator knows (the caller keeps its
+    op-by-op program). ``narrow[k]``: output k is stored in the input's dtype."""
+    needed = _needed(graph, wanted)
+    index: dict[str, int] = {}
+    steps: list[dict] = []
+    params: list[np.ndarray] = []
+    offset = 0
+
+    def param(value: Any, size: int | None = None) -> list[int]:
+        nonlocal offset
+        arr = np.asarray(value, dtype=np.float64).reshape(-1)
+        if size is not None:
+            arr = np.broadcast_to(arr, (size,)) if arr.size == 1 else arr
+            if arr.size != size:
+                raise _Unfusable
+        params.append(arr)
+        offset += arr.size
+        return [offset - arr.size, arr.size]
+
+    try:
+        for node in graph.toposort():
+            if node.name not in needed:
+                continue
+            if node.op is Op.INPUT:
+                index[node.name] = 0
+                continue
+            ins = [index[i] for i in node.inputs]
+            widths = [int(graph.by_name[i].width) for i in node.inputs]
+            step = _step(node, widths, param)
+            if step is None or not 0 < int(node.width) <= MAX_WIDTH:
+                return None
+            step.update({"in": ins, "w": int(node.width), "win": widths})
+            steps.append(step)
+            index[node.name] = len(steps)
+    except _Unfusable:
+        return None
+    if not steps:
+        return None
+    outs, dtypes, widths = [], [], []
+    for name, thin in zip(wanted, narrow):
+        node = graph.by_name[name]
+        if node.op is Op.INPUT:  # the input returned as is: nothing to fuse
+            return None
+        dtype = "int64" if node.op in INT_OPS else (x_dtype if thin else "float64")
+        outs.append([index[name], dtype])
+        dtypes.append(dtype)
+        widths.append(int(node.width))
+    x_node = next(n for n in graph.nodes if n.op is Op.INPUT)
+    spec = RowSpec(x_dtype, int(x_node.width),
+                   json.dumps(steps, sort_keys=True), json.dumps(outs))
+    flat = np.concatenate(params) if params else np.zeros(1)
+    return RowPlan(spec, np.ascontiguousarray(flat, dtype=np.float64), tuple(dtypes),
+                   tuple(widths))
+
+
+class _Unfusable(Exception):
+    pass
+
+
+def _needed(graph: Graph, wanted: list[str]) -> set[str]:
+    seen: set[str] = set()
+    stack = list(wanted)
+    while stack:
+        name = stack.pop()
+        if name not in seen:
+            seen.add(name)
+            stack.extend(graph.by_name[name].inputs)
+    return seen
+
+
+def _step(node, widths: list[int], param) -> dict | None:
+    """The step record for one node (None: not fusable). Shapes are checked here so the
+    emitter can trust them."""
+    op, a = node.op, node.attrs
+    w, win = int(node.width), (widths[0] if widths else 0)
+    if op is Op.LINEAR:
+        weight = np.asarray(a["weight"], dtype=np.float64)
+        if weight.ndim != 2 or weight.shape != (win, w) or weight.size > MAX_WEIGHTS:
+            return None
+        form = "dot" if w <= DOT_OUTPUTS else "axpy"
+        return {"op": "linear", "form": form, "W": param(weight.T if form == "dot" else weight),
+                "b": param(a["bias"], w)}
+    if op is Op.CENTER_SCALE and w == win:
+        return {"op": "center_scale", "c": param(a["center"], w), "s": param(a["scale"], w)}
+    if op is Op.AFFINE and w == win:
+        return {"op": "affine", "a": param(a.get("scale", 1.0), w),
+                "s": param(a.get("shift", 0.0), w)}
+    if op is Op.CLIP and w == win:
+        return {"op": "clip", "lo": float(a["low"]), "hi": float(a["high"])}
+    if op is Op.BINARIZE and w == win:
+        return {"op": "binarize", "t": float(a["threshold"])}
+    if op is Op.NORMALIZE and w == win and a["norm"] in ("l1", "l2", "max"):
+        return {"op": "normalize", "norm": a["norm"], "uniform": a.get("zero", "one") == "uniform"}
+    if op is Op.LINK and a["kind"] in LINKS and w == win:
+        return {"op": "link", "kind": a["kind"].value, "scale": float(a.get("scale", 1.0))}
+    if op is Op.BINARY_PROBA and w == 2:
+        return {"op": "binary_proba"}
+    if op is Op.THRESHOLD and w == 1:
+        return {"op": "threshold", "v": float(a["value"]), "strict": bool(a.get("strict", True))}
+    if op is Op.ARGMAX and w == 1:
+        return {"op": "argmax"}
+    if op is Op.UFUNC and a["name"] in UFUNCS and w == win:
+        return {"op": "ufunc", "f": UFUNCS[a["name"]]}
+    if op is Op.SELECT:
+        cols = [int(c) for c in np.asarray(a["columns"]).reshape(-1)]
+        if len(cols) != w or any(not 0 <= c < win for c in cols):
+            return None
+        return {"op": "select", "cols": cols}
+    if op is Op.CONCAT and sum(widths) == w:
+        return {"op": "concat"}
+    return None
+
+
+# ------------------------------------------------------------------------------ codegen --
+# kernel(x, row_begin, row_end, params, outs, flag): rows [row_begin, row_end) of the
+# row-major input x; outs[k] points at output k's (rows, width) array; *flag receives the
+# sum of x * 0 over the rows read (NaN iff some input value was NaN or infinite).
+KERNEL_ARGS = ("x", "rb", "re", "params", "outs", "flag")
+
+
+class _Emitter:
+    def __init__(self, module: ir.Module, spec: RowSpec) -> None:
+        self.m, self.spec = module, spec
+        fnty = ir.FunctionType(ir.VoidType(), [PTR, I64, I64, PTR, PTR, PTR])
+        self.fn = ir.Function(module, fnty, name=spec.symbol)
+        for arg, name in zip(self.fn.args, KERNEL_ARGS):
+            arg.name = name
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+
+    # ---- helpers
+    def vec(self, w: int) -> ir.VectorType:
+        return ir.VectorType(F64, w)
+
+    def splat(self, value: ir.Value, w: int) -> ir.Value:
+        b = self.b
+        v = b.insert_element(ir.Constant(self.vec(1), ir.Undefined), value, ir.Constant(I32, 0))
+        return b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, w), [0] * w))
+
+    def const(self, value: float, w: int) -> ir.Constant:
+        return ir.Constant(self.vec(w), [value] * w)
+
+    def intrinsic(self, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
+        fn = self.m.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.m, ir.FunctionType(ret, [a.type for a in args]), name=name)
+        return self.b.call(fn, args)
+
+    def unary(self, name: str, v: ir.Value) -> ir.Value:
+        return self.intrinsic(f"llvm.{name}.v{v.type.count}f64", v.type, [v])
+
+    def load_param(self, ref: list[int]) -> ir.Value:
+        off, size = ref
+        p = gep(self.b, self.params, [ir.Constant(I64, off)], source_etype=F64)
+        return self.b.load(p, typ=self.vec(size), align=8)
+
+    def lane(self, v: ir.Value, j: int) -> ir.Value:
+        return self.b.extract_element(v, ir.Constant(I32, j))
+
+    def reduce_sum(self, v: ir.Value) -> ir.Value:
+        # no reassoc flag: lanes are added in order (the same bits on every target)
+        return self.intrinsic(f"llvm.vector.reduce.fadd.v{v.type.count}f64", F64,
+                              [ir.Constant(F64, -0.0), v])
+
+    def tree_sum(self, v: ir.Value) -> ir.Value:
+        """Sum of the lanes, pairwise: halves added lane by lane until one is left (a short
+        dependency chain where an in-order sum is one add per lane). The pairing is spelled
+        out with shuffles, so every target computes the same bits. Padding is -0.0, which
+        leaves every sum unchanged."""
+        b, n = self.b, v.type.count
+        p = 1 << max(0, (n - 1).bit_length())
+        if p != n:
+            pad = ir.Constant(v.type, [-0.0] * n)
+            v = b.shuffle_vector(v, pad, ir.Constant(ir.VectorType(I32, p),
+                                                     [j if j < n else n for j in range(p)]))
+        while p > 1:
+            p //= 2
+            lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, p), list(range(p))))
+            hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, p),
+                                                    list(range(p, 2 * p))))
+            v = b.fadd(lo, hi)
+        return self.lane(v, 0)
+
+    def reduce_max(self, v: ir.Value) -> ir.Value:
+        # fmaximum propagates NaN, as np.max does
+        return self.intrinsic(f"llvm.vector.reduce.fmaximum.v{v.type.count}f64", F64, [v])
+
+    # ---- kernel
+    def emit(self) -> None:
+        b, spec = self.b, self.spec
+        x, rb, re, self.params, outs, flag = self.fn.args
+        self.steps = json.loads(spec.steps)
+        self.outputs = json.loads(spec.outputs)
+        self.x, self.d = x, spec.n_features
+        self.xt = F32 if spec.x_dtype == "float32" else F64
+        self.out_ptrs = [b.load(gep(b, outs, [ir.Constant(I64, k)], source_etype=PTR), typ=PTR)
+                         for k in range(len(self.outputs))]
+        # ROW_UNROLL rows per iteration, then the rest one at a time: a row's sums are chains
+        # of dependent adds (a dot product over the input columns), and independent rows side
+        # by side let the core overlap them
+        span = b.sub(re, rb)
+        main_end = b.add(rb, b.mul(b.sdiv(span, ir.Constant(I64, ROW_UNROLL)),
+                                   ir.Constant(I64, ROW_UNROLL)))
+        acc = self.loop(rb, main_end, ROW_UNROLL, self.const(0.0, self.d), "rows")
+        acc = self.loop(main_end, re, 1, acc, "tail")
+        b.store(self.reduce_sum(acc), flag, align=8)
+        b.ret_void()
+
+    def loop(self, start: ir.Value, stop: ir.Value, step: int, acc0: ir.Value,
+             name: str) -> ir.Value:
+        """for r in range(start, stop, step): rows r..r+step-1; returns the non-finite sum."""
+        b = self.b
+        before = b.block
+        body = self.fn.append_basic_block(name)
+        after = self.fn.append_basic_block(name + ".end")
+        b.cbranch(b.icmp_signed("<", start, stop), body, after)
+        b.position_at_end(body)
+        r = b.phi(I64, name="r")
+        acc = b.phi(acc0.type, name="nonfinite")
+        r.add_incoming(start, before)
+        acc.add_incoming(acc0, before)
+        acc_next = acc
+        for k in range(step):
+            acc_next = self.row(b.add(r, ir.Constant(I64, k)), acc_next)
+        r_next = b.add(r, ir.Constant(I64, step))
+        latch = b.block
+        r.add_incoming(r_next, latch)
+        acc.add_incoming(acc_next, latch)
+        b.cbranch(b.icmp_signed("<", r_next, stop), body, after)
+        b.position_at_end(after)
+        total = b.phi(acc0.type)
+        total.add_incoming(acc0, before)
+        total.add_incoming(acc_next, latch)
+        return total
+
+    def row(self, r: ir.Value, acc: ir.Value) -> ir.Value:
+        """Row r: load, every step, store the outputs; returns acc + x * 0."""
+        b, d, xt = self.b, self.d, self.xt
+        src = gep(b, self.x, [b.mul(r, ir.Constant(I64, d))], source_etype=xt)
+        v0 = b.load(src, typ=ir.VectorType(xt, d), align=4 if xt is F32 else 8)
+        if xt is F32:
+            v0 = b.fpext(v0, self.vec(d))
+        values = [v0]
+        for step in self.steps:
+            values.append(getattr(self, "op_" + step["op"])(step, [values[i] for i in step["in"]]))
+        for (idx, dtype), ptr in zip(self.outputs, self.out_ptrs):
+            value = values[idx]
+            w = value.type.count
+            ty = OUT_TYPES[dtype]
+            if ty is F32:
+                value = b.fptrunc(value, ir.VectorType(F32, w))
+            elif ty is I64:
+                value = b.fptosi(value, ir.VectorType(I64, w))
+            dst = gep(b, ptr, [b.mul(r, ir.Constant(I64, w))], source_etype=ty)
+            b.store(value, dst, align=4 if ty is F32 else 8)
+        return b.fadd(acc, b.fmul(v0, self.const(0.0, d)))
+
+    # ---- ops (each: step record, input values -> output value, all <w x double>)
+    def op_linear(self, s: dict, ins: list) -> ir.Value:
+        # x @ W + b as sklearn's safe_sparse_dot then + intercept: products summed, the bias
+        # added last. Few outputs ("dot", W stored transposed): per output a vector product
+        # and a pairwise sum; more outputs ("axpy"): x_j * W[j, :] accumulated over j in order.
+        b, x, w = self.b, ins[0], s["w"]
+        off, win = s["W"][0], s["win"][0]
+        if s["form"] == "dot":
+            dots = [self.tree_sum(b.fmul(x, self.load_param([off + k * win, win])))
+                    for k in range(w)]
+            acc = ir.Constant(self.vec(w), ir.Undefined)
+            for k, dot in enumerate(dots):
+                acc = b.insert_element(acc, dot, ir.Constant(I32, k))
+        else:
+            acc = None
+            for j in range(win):
+                term = b.fmul(self.splat(self.lane(x, j), w), self.load_param([off + j * w, w]))
+                acc = term if acc is None else b.fadd(acc, term)
+        return b.fadd(acc, self.load_param(s["b"]))
+
+    def op_center_scale(self, s: dict, ins: list) -> ir.Value:
+        return self.b.fdiv(self.b.fsub(ins[0], self.load_param(s["c"])), self.load_param(s["s"]))
+
+    def op_affine(self, s: dict, ins: list) -> ir.Value:
+        return self.b.fadd(self.b.fmul(ins[0], self.load_param(s["a"])), self.load_param(s["s"]))
+
+    def op_clip(self, s: dict, ins: list) -> ir.Value:
+        # np.clip: NaN stays NaN (both compares are false for it)
+        b, x, w = self.b, ins[0], s["w"]
+        lo, hi = self.const(s["lo"], w), self.const(s["hi"], w)
+        x = b.select(b.fcmp_ordered("<", x, lo), lo, x)
+        return b.select(b.fcmp_ordered(">", x, hi), hi, x)
+
+    def op_binarize(self, s: dict, ins: list) -> ir.Value:
+        w = s["w"]
+        hit = self.b.fcmp_ordered(">", ins[0], self.const(s["t"], w))  # NaN -> 0
+        return self.b.uitofp(hit, self.vec(w))
+
+    def op_normalize(self, s: dict, ins: list) -> ir.Value:
+        b, x, w = self.b, ins[0], s["w"]
+        if s["norm"] == "l1":
+            n = self.tree_sum(self.unary("fabs", x))
+        elif s["norm"] == "l2":
+            n = self.intrinsic("llvm.sqrt.f64", F64, [self.tree_sum(b.fmul(x, x))])
+        else:
+            n = self.reduce_max(self.unary("fabs", x))
+        zero = b.fcmp_ordered("==", n, ir.Constant(F64, 0.0))
+        out = b.fdiv(x, self.splat(b.select(zero, ir.Constant(F64, 1.0), n), w))
+        if s["uniform"]:
+            out = b.select(zero, self.const(1.0 / w, w), out)
+        return out
+
+    def op_link(self, s: dict, ins: list) -> ir.Value:
+        b, x, w = self.b, ins[0], s["w"]
+        kind = s["kind"]
+        if kind == Link.IDENTITY.value:
+            return x
+        if kind == Link.EXP.value:
+            return self.unary("exp", x)
+        if kind == Link.SIGMOID.value:
+            # reference.sigmoid: exp of a non-positive number only, no overflow
+            x = b.fmul(self.const(s["scale"], w), x)
+            e = self.unary("exp", b.fneg(self.unary("fabs", x)))
+            one = self.const(1.0, w)
+            den = b.fadd(one, e)
+            pos = b.fcmp_ordered(">=", x, self.const(0.0, w))
+            return b.select(pos, b.fdiv(one, den), b.fdiv(e, den))
+        # softmax, max-subtracted
+        e = self.unary("exp", b.fsub(x, self.splat(self.reduce_max(x), w)))
+        return b.fdiv(e, self.splat(self.tree_sum(e), w))
+
+    def op_binary_proba(self, s: dict, ins: list) -> ir.Value:
+        b = self.b
+        p = self.lane(ins[0], 0)
+        q = b.fsub(ir.Constant(F64, 1.0), p)
+        v = b.insert_element(ir.Constant(self.vec(2), ir.Undefined), q, ir.Constant(I32, 0))
+        return b.insert_element(v, p, ir.Constant(I32, 1))
+
+    def op_threshold(self, s: dict, ins: list) -> ir.Value:
+        b = self.b
+        x = self.lane(ins[0], 0)
+        hit = b.fcmp_ordered(">" if s["strict"] else ">=", x, ir.Constant(F64, s["v"]))
+        return b.uitofp(b.insert_element(ir.Constant(ir.VectorType(I1, 1), ir.Undefined), hit,
+                                         ir.Constant(I32, 0)), self.vec(1))
+
+    def op_argmax(self, s: dict, ins: list) -> ir.Value:
+        # np.argmax: the first maximum, and the first NaN if there is one
+        b, x = self.b, ins[0]
+        best, idx = self.lane(x, 0), ir.Constant(F64, 0.0)
+        for j in range(1, s["win"][0]):
+            v = self.lane(x, j)
+            take = b.or_(b.fcmp_ordered(">", v, best),
+                         b.and_(b.fcmp_unordered("uno", v, v), b.fcmp_ordered("ord", best, best)))
+            best = b.select(take, v, best)
+            idx = b.select(take, ir.Constant(F64, float(j)), idx)
+        return b.insert_element(ir.Constant(self.vec(1), ir.Undefined), idx, ir.Constant(I32, 0))
+
+    def op_ufunc(self, s: dict, ins: list) -> ir.Value:
+        return self.unary(s["f"], ins[0])
+
+    def op_select(self, s: dict, ins: list) -> ir.Value:
+        x = ins[0]
+        mask = ir.Constant(ir.VectorType(I32, len(s["cols"])), s["cols"])
+        return self.b.shuffle_vector(x, ir.Constant(x.type, ir.Undefined), mask)
+
+    def op_concat(self, s: dict, ins: list) -> ir.Value:
+        b, out, k = self.b, ir.Constant(self.vec(s["w"]), ir.Undefined), 0
+        for v in ins:
+            for j in range(v.type.count):
+                out = b.insert_element(out, self.lane(v, j), ir.Constant(I32, k))
+                k += 1
+        return out
