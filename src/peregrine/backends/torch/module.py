@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from peregrine.backends.base import Backend, Executable, NonFiniteInput
+from peregrine.backends.base import Backend, Executable
 from peregrine.backends.torch.ops import Lowered, lower_node
 from peregrine.errors import UnsupportedModelError
 from peregrine.frontends.base import ModelSpec
