@@ -83,15 +83,18 @@ def _rows(n: int, dtype, seed: int = 0) -> np.ndarray:
 
 
 def _fused(cm) -> dict:
+    if cm.backend == "native":
+        return {k: v for k, v in cm._exec._row_kernels.items() if v is not None}
     return {k: p for k, p in cm._exec._programs.items() if isinstance(p, FusedProgram)}
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_fused_matches_sklearn_and_op_by_op(name, dtype):
+@pytest.mark.parametrize("backend", ["torch", "native"])
+def test_fused_matches_sklearn_and_op_by_op(name, dtype, backend):
     est = MODELS[name]()
-    fused = peregrine.compile(est, backend="torch")
-    plain = peregrine.compile(est, backend="torch", options=CompileOptions(fused_kernels=False))
+    fused = peregrine.compile(est, backend=backend)
+    plain = peregrine.compile(est, backend=backend, options=CompileOptions(fused_kernels=False))
     assert _fused(fused), f"{name}: nothing fused"
     assert not _fused(plain)
     for n in (1, 3, 5, 4099):  # odd counts: the unrolled loop's tail
@@ -106,7 +109,7 @@ def test_fused_matches_sklearn_and_op_by_op(name, dtype):
             else:
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6,
                                            err_msg=f"{name}.{method} vs sklearn")
-                # against the op-by-op torch program: only the order of a few float64 sums
+                # against the op-by-op program (torch ops / NumPy rules): only the order of a few float64 sums
                 # differs (and float32 outputs round the same float64 values)
                 tight = 1e-6 if got.dtype == np.float32 else 1e-12
                 np.testing.assert_allclose(got, ref, rtol=tight, atol=tight,
@@ -125,9 +128,10 @@ def test_thread_split_is_bitwise_stable(threads):
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("rows", [1, 9, 100_000])
-def test_rejected_values_raise_where_sklearn_does(bad, rows):
+@pytest.mark.parametrize("backend", ["torch", "native"])
+def test_rejected_values_raise_where_sklearn_does(bad, rows, backend):
     est = MODELS["logreg-binary"]()
-    cm = peregrine.compile(est, backend="torch")
+    cm = peregrine.compile(est, backend=backend)
     X = _rows(rows, np.float32)
     X[rows // 2, 4] = bad
     with pytest.raises(ValueError):
@@ -138,13 +142,14 @@ def test_rejected_values_raise_where_sklearn_does(bad, rows):
         cm.predict_proba(torch.from_numpy(X))
 
 
-def test_accepted_nan_flows_through():
+@pytest.mark.parametrize("backend", ["torch", "native"])
+def test_accepted_nan_flows_through(backend):
     # scalers take NaN (they ignore it in fit and keep it in transform)
     X = _rows(50, np.float64)
     X[[3, 7], [1, 5]] = np.nan
     for name in ("standard-scaler", "minmax-clip", "maxabs-scaler", "robust-scaler"):
         est = MODELS[name]()
-        cm = peregrine.compile(est, backend="torch")
+        cm = peregrine.compile(est, backend=backend)
         assert _fused(cm)
         np.testing.assert_allclose(cm.transform(X), est.transform(X), rtol=1e-12, atol=1e-12,
                                    equal_nan=True, err_msg=name)

@@ -52,9 +52,10 @@ class CompileOptions:
     validate_input:
         Check NaN/inf policy of the source library on every call (cheap; keep on).
     fused_kernels:
-        Torch backend on CPU: a program made only of row-wise pipeline ops (scalers, linear
-        models, links, normalizers...) runs as one LLVM kernel that reads each row once
-        (``backends/native/rowwise.py``); False keeps the op-by-op torch program.
+        Torch backend on CPU, and native backend: outputs computed only by row-wise pipeline
+        ops (scalers, linear models, links, normalizers...) run as one LLVM kernel that reads
+        each row once (``backends/native/rowwise.py``); False keeps the op-by-op program
+        (torch ops; NumPy rules on the native backend).
     """
 
     tree_strategy: TreeStrategy = TreeStrategy.AUTO

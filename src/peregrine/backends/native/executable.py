@@ -33,6 +33,7 @@ from peregrine.backends.native.codegen import (
     KernelSpec,
     row_register_capacity,
 )
+from peregrine.backends.native.fused import RowKernel, checked_runner, narrow_outputs, row_kernel
 from peregrine.backends.native.irutil import FLOATS
 from peregrine.backends.native.layout import TOP_LEVELS, PackedForest, pack
 from peregrine.backends.native.schedule import Lanes, Parallel, Schedule
@@ -384,6 +385,23 @@ class NativeExecutable(Executable):
         self.reasons, self.target = reasons, target
         self._plans: dict[tuple[str, ...], list] = {}
         self._direct: dict[tuple[str, ...], tuple] = {}
+        # outputs computed by row-wise pipeline ops only: one fused kernel each (fused.py),
+        # compiled now so errors show at compile time
+        self._row_kernels: dict[tuple[str, ...], RowKernel | None] = {}
+        for output in sorted({m.output for m in spec.methods.values()}):
+            self._rows((output,))
+
+    def _rows(self, outputs: tuple[str, ...]) -> RowKernel | None:
+        if outputs not in self._row_kernels:
+            kernel = None
+            if self.options.fused_kernels:
+                graph = self.spec.graph
+                kernel = row_kernel(graph, [graph.outputs[o] for o in outputs],
+                                    narrow_outputs(self.spec, outputs))
+                if kernel is not None:
+                    kernel.prepare()
+            self._row_kernels[outputs] = kernel
+        return self._row_kernels[outputs]
 
     def _plan(self, outputs: tuple[str, ...]) -> list:
         """Nodes in order, with each forest and the element-wise chain after it fused."""
@@ -419,6 +437,10 @@ class NativeExecutable(Executable):
         """The online path for an output computed from one forest of the input: the forest
         and its fused ops through the few-rows kernel, then any remaining ops (argmax, ...)
         as their NumPy rules, without ``run``'s per-call planning."""
+        rows = self._rows((output,))
+        if rows is not None:
+            return checked_runner(rows, self.spec, self.options,
+                                  partial(default_threads, self.options))
         plan = self._plan_for((output,))
         direct = self._direct.get((output,))
         if direct is not None:
@@ -458,9 +480,13 @@ class NativeExecutable(Executable):
         direct = self._direct.get(outputs)
         if direct is not None and type(X) is np.ndarray:
             return {outputs[0]: direct(X)}  # input -> forest and its fused ops, nothing else
-        plan = self._plan_for(outputs)
         if not isinstance(X, np.ndarray):
             X = X.detach().cpu().numpy()  # a torch tensor handed to a CPU backend
+        rows = self._rows(outputs)
+        if rows is not None and X.ndim == 2 and X.dtype in INPUT_DTYPES and X.shape[0]:
+            res = rows.run(np.ascontiguousarray(X), default_threads(self.options))
+            return dict(zip(outputs, res))
+        plan = self._plan_for(outputs)
         values: dict[str, Any] = {}
         for step in plan:
             if isinstance(step, _Fused):
@@ -497,6 +523,9 @@ class NativeExecutable(Executable):
             "target": f"{self.target.cpu} ({self.target.simd_bytes * 8}-bit SIMD, "
                       f"{self.target.isa})",
         }
+        fused = {",".join(k): v.symbols for k, v in self._row_kernels.items() if v is not None}
+        if fused:
+            out["fused_kernels"] = fused
         for name, prog in self.programs.items():
             out[f"{name} schedule"] = str(prog.schedule)
             out[f"{name} schedule (CompileOptions.schedule)"] = prog.schedule.to_json()

@@ -90,3 +90,22 @@ class RowKernel:
 def row_kernel(graph: Graph, wanted: list[str], narrow: list[bool]) -> RowKernel | None:
     kernel = RowKernel(graph, wanted, narrow)
     return kernel if kernel.fusable else None
+
+
+def narrow_outputs(spec: Any, outputs: tuple[str, ...]) -> list[bool]:
+    """Per output: every method returning it keeps the input's float dtype (sklearn's
+    transformers on float32), so the kernel stores it in that dtype."""
+    return [{m.dtype for m in spec.methods.values() if m.output == o} == {"input"}
+            for o in outputs]
+
+
+def checked_runner(kernel: RowKernel, spec: Any, options: Any, threads: Any) -> Any:
+    """``Executable.runner`` for a fused output: the kernel straight on numpy, checking the
+    source's NaN/inf policy in the same pass (``checks_finite``; raises NonFiniteInput)."""
+    check = options.validate_input and not (spec.allow_nan and spec.allow_inf)
+
+    def run(X: np.ndarray) -> np.ndarray:
+        return kernel.run(np.ascontiguousarray(X), threads(), check)[0]
+
+    run.checks_finite = check  # type: ignore[attr-defined]
+    return run

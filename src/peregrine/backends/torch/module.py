@@ -292,20 +292,13 @@ class TorchExecutable(Executable):
         return {o: v.cpu().numpy() for o, v in zip(outputs, values)}
 
     def runner(self, output: str) -> Any:
-        """The fused kernel straight on numpy (no tensors, no thread pinning), checking the
-        source's NaN/inf policy in the same pass; None for op-by-op programs."""
+        """Fused programs: the kernel straight on numpy (no tensors, no thread pinning)."""
         program = self._program((output,))
         if not isinstance(program, FusedProgram):
             return None
-        spec = self.spec
-        check = self.options.validate_input and not (spec.allow_nan and spec.allow_inf)
-        kernel, threads = program.kernel, program.threads
+        from peregrine.backends.native.fused import checked_runner
 
-        def run(X: np.ndarray) -> np.ndarray:
-            return kernel.run(np.ascontiguousarray(X), threads(), check)[0]
-
-        run.checks_finite = check
-        return run
+        return checked_runner(program.kernel, self.spec, self.options, program.threads)
 
     def forward_tensors(self, X: Tensor, outputs: tuple[str, ...]) -> list[Tensor]:
         """Outputs as tensors on the executable's device (no host copy)."""
