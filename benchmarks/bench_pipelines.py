@@ -143,7 +143,15 @@ def _touch_memory(gib: float = 3.0) -> None:
     del block
 
 
+# Pause before each system: BLAS and OpenMP pools (numpy's OpenBLAS under scikit-learn, torch's
+# OpenMP) keep their threads spinning for a while after a call. On 2 cores the next system's
+# threads would share the CPUs with them: measured, a fused kernel took 11 ms right after
+# scikit-learn's SGDClassifier and 6 ms otherwise.
+SETTLE_S = 0.5
+
+
 def _time(fn, data, repeats: int) -> tuple[float, object]:
+    time.sleep(SETTLE_S)
     out = fn(data)  # warm-up
     ts = []
     for _ in range(repeats):

@@ -193,6 +193,16 @@ def _step(node, widths: list[int], param) -> dict | None:
         if len(cols) != w or any(not 0 <= c < win for c in cols):
             return None
         return {"op": "select", "cols": cols}
+    if op is Op.POLYNOMIAL:
+        powers = np.asarray(a["powers"], dtype=np.int64)
+        if powers.shape != (w, win) or (powers < 0).any() or powers.sum(1).max(initial=0) > 8:
+            return None
+        # factors[t][k]: output k's t-th factor column (-1: none left, multiply by 1.0), in
+        # the rule's order (columns ascending, each repeated by its power)
+        terms = [[j for j in range(win) for _ in range(int(row[j]))] for row in powers]
+        depth = max((len(t) for t in terms), default=0)
+        return {"op": "polynomial",
+                "factors": [[t[i] if i < len(t) else -1 for t in terms] for i in range(depth)]}
     if op is Op.CONCAT and sum(widths) == w:
         return {"op": "concat"}
     return None
@@ -445,6 +455,17 @@ class _Emitter:
         x = ins[0]
         mask = ir.Constant(ir.VectorType(I32, len(s["cols"])), s["cols"])
         return self.b.shuffle_vector(x, ir.Constant(x.type, ir.Undefined), mask)
+
+    def op_polynomial(self, s: dict, ins: list) -> ir.Value:
+        # out_k = 1.0 * f_k0 * f_k1 ..., as the rule multiplies columns one factor at a time:
+        # one lane shuffle and one vector product per factor slot (1.0 past a term's degree)
+        b, x, w = self.b, ins[0], s["w"]
+        n = x.type.count
+        out = self.const(1.0, w)
+        for slot in s["factors"]:
+            mask = ir.Constant(ir.VectorType(I32, w), [j if j >= 0 else n for j in slot])
+            out = b.fmul(out, b.shuffle_vector(x, self.const(1.0, n), mask))
+        return out
 
     def op_concat(self, s: dict, ins: list) -> ir.Value:
         b, out, k = self.b, ir.Constant(self.vec(s["w"]), ir.Undefined), 0
