@@ -251,3 +251,12 @@ def test_row_kernel_refuses_what_it_cannot_fuse():
     # the input returned as is: nothing to fuse
     k_input = RowKernel(graph, [next(n.name for n in graph.nodes if not n.inputs)], [True])
     assert not k_input.fusable
+
+
+def test_wide_inputs_keep_the_blas_program():
+    # 600 input columns: a GEMV for torch's BLAS, not a 600-lane row vector
+    Xw = np.random.default_rng(0).normal(size=(200, 600))
+    est = lm.LogisticRegression(max_iter=200).fit(Xw, (Xw[:, 0] > 0).astype(int))
+    cm = peregrine.compile(est, backend="torch")
+    assert not _fused(cm)
+    np.testing.assert_allclose(cm.predict_proba(Xw), est.predict_proba(Xw), rtol=1e-5, atol=1e-6)

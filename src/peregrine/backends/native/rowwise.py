@@ -87,6 +87,9 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool], x_dtype: str) -> R
     """The fused kernel computing the nodes ``wanted`` (graph node names) from X, or None when
     some node it needs is not a row-wise op this generator knows (the caller keeps its
     op-by-op program). ``narrow[k]``: output k is stored in the input's dtype."""
+    x_node = next(n for n in graph.nodes if n.op is Op.INPUT)
+    if not 0 < int(x_node.width or 0) <= MAX_WIDTH:
+        return None
     needed = _needed(graph, wanted)
     index: dict[str, int] = {}
     steps: list[dict] = []
@@ -114,7 +117,7 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool], x_dtype: str) -> R
             ins = [index[i] for i in node.inputs]
             widths = [int(graph.by_name[i].width) for i in node.inputs]
             step = _step(node, widths, param)
-            if step is None or not 0 < int(node.width) <= MAX_WIDTH:
+            if step is None or not 0 < int(node.width or 0) <= MAX_WIDTH:
                 return None
             step.update({"in": ins, "w": int(node.width), "win": widths})
             steps.append(step)
@@ -132,7 +135,6 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool], x_dtype: str) -> R
         outs.append([index[name], dtype])
         dtypes.append(dtype)
         widths.append(int(node.width))
-    x_node = next(n for n in graph.nodes if n.op is Op.INPUT)
     spec = RowSpec(x_dtype, int(x_node.width),
                    json.dumps(steps, sort_keys=True), json.dumps(outs))
     flat = np.concatenate(params) if params else np.zeros(1)
@@ -415,9 +417,9 @@ class _Emitter:
             x = b.fmul(self.const(s["scale"], w), x)
             e = self.unary("exp", b.fneg(self.unary("fabs", x)))
             one = self.const(1.0, w)
-            den = b.fadd(one, e)
             pos = b.fcmp_ordered(">=", x, self.const(0.0, w))
-            return b.select(pos, b.fdiv(one, den), b.fdiv(e, den))
+            # 1 / (1 + e) or e / (1 + e): the numerator is picked first, one division
+            return b.fdiv(b.select(pos, one, e), b.fadd(one, e))
         # softmax, max-subtracted
         e = self.unary("exp", b.fsub(x, self.splat(self.reduce_max(x), w)))
         return b.fdiv(e, self.splat(self.tree_sum(e), w))
