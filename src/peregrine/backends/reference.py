@@ -322,7 +322,7 @@ def evaluate(graph: Graph, X: np.ndarray, outputs: tuple[str, ...],
     options = options or CompileOptions()
     values: dict[str, Any] = {}
     wanted = {graph.outputs[o] for o in outputs}
-    needed = _needed(graph, wanted)
+    needed = graph.needed(wanted)
     for node in graph.toposort():
         if node.name not in needed:
             continue
@@ -331,18 +331,6 @@ def evaluate(graph: Graph, X: np.ndarray, outputs: tuple[str, ...],
             continue
         values[node.name] = RULES[node.op](node, [values[i] for i in node.inputs], options)
     return {o: values[graph.outputs[o]] for o in outputs}
-
-
-def _needed(graph: Graph, wanted: set[str]) -> set[str]:
-    by_name = graph.by_name
-    seen: set[str] = set()
-    stack = list(wanted)
-    while stack:
-        n = stack.pop()
-        if n not in seen:
-            seen.add(n)
-            stack.extend(by_name[n].inputs)
-    return seen
 
 
 class ReferenceExecutable(Executable):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -41,6 +41,18 @@ class Graph:
     @property
     def by_name(self) -> dict[str, Node]:
         return {n.name: n for n in self.nodes}
+
+    def needed(self, wanted: Iterable[str]) -> set[str]:
+        """The named nodes and every node they depend on (what computing them evaluates)."""
+        by_name = self.by_name
+        seen: set[str] = set()
+        stack = list(wanted)
+        while stack:
+            name = stack.pop()
+            if name not in seen:
+                seen.add(name)
+                stack.extend(by_name[name].inputs)
+        return seen
 
     def toposort(self) -> list[Node]:
         """Nodes in dependency order (inputs first); raises ValueError on cycles."""

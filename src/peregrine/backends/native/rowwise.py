@@ -90,7 +90,7 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool], x_dtype: str) -> R
     x_node = next(n for n in graph.nodes if n.op is Op.INPUT)
     if not 0 < int(x_node.width or 0) <= MAX_WIDTH:
         return None
-    needed = _needed(graph, wanted)
+    needed = graph.needed(wanted)
     index: dict[str, int] = {}
     steps: list[dict] = []
     params: list[np.ndarray] = []
@@ -144,17 +144,6 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool], x_dtype: str) -> R
 
 class _Unfusable(Exception):
     pass
-
-
-def _needed(graph: Graph, wanted: list[str]) -> set[str]:
-    seen: set[str] = set()
-    stack = list(wanted)
-    while stack:
-        name = stack.pop()
-        if name not in seen:
-            seen.add(name)
-            stack.extend(graph.by_name[name].inputs)
-    return seen
 
 
 def _step(node, widths: list[int], param) -> dict | None:

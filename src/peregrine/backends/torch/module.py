@@ -153,15 +153,7 @@ def block_rows(graph: Graph, needed: set, device: torch.device) -> int:
 
 
 def needed_nodes(graph: Graph, wanted: list[str]) -> set:
-    by_name = graph.by_name
-    seen: set = set()
-    stack = list(wanted)
-    while stack:
-        name = stack.pop()
-        if name not in seen:
-            seen.add(name)
-            stack.extend(by_name[name].inputs)
-    return seen
+    return graph.needed(wanted)
 
 
 _THREADS_LOCK = threading.Lock()
