@@ -260,3 +260,8 @@ def test_wide_inputs_keep_the_blas_program():
     cm = peregrine.compile(est, backend="torch")
     assert not _fused(cm)
     np.testing.assert_allclose(cm.predict_proba(Xw), est.predict_proba(Xw), rtol=1e-5, atol=1e-6)
+
+
+def test_option_must_be_a_bool():
+    with pytest.raises(ValueError, match="fused_kernels"):
+        CompileOptions(fused_kernels="no")

@@ -74,6 +74,9 @@ class CompileOptions:
             object.__setattr__(self, "precision", Precision(self.precision))
         if self.n_threads is not None and self.n_threads < 1:
             raise ValueError(f"CompileOptions.n_threads must be >= 1, got {self.n_threads}")
+        if not isinstance(self.fused_kernels, bool):  # "no" would be truthy
+            raise ValueError(
+                f"CompileOptions.fused_kernels must be True or False, got {self.fused_kernels!r}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"CompileOptions.batch_size must be >= 1, got {self.batch_size}")
 

@@ -54,6 +54,12 @@ class Graph:
                 stack.extend(by_name[name].inputs)
         return seen
 
+    def steps(self, wanted: Iterable[str]) -> list[Node]:
+        """The nodes computing ``wanted``, in dependency order, without the input: what a
+        backend evaluates, one after the other, for those outputs."""
+        needed = self.needed(wanted)
+        return [n for n in self.toposort() if n.name in needed and n.op is not Op.INPUT]
+
     def toposort(self) -> list[Node]:
         """Nodes in dependency order (inputs first); raises ValueError on cycles."""
         by_name = self.by_name

@@ -90,8 +90,8 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool], x_dtype: str) -> R
     x_node = next(n for n in graph.nodes if n.op is Op.INPUT)
     if not 0 < int(x_node.width or 0) <= MAX_WIDTH:
         return None
-    needed = graph.needed(wanted)
-    index: dict[str, int] = {}
+    by_name = graph.by_name
+    index: dict[str, int] = {x_node.name: 0}
     steps: list[dict] = []
     params: list[np.ndarray] = []
     offset = 0
@@ -108,14 +108,9 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool], x_dtype: str) -> R
         return [offset - arr.size, arr.size]
 
     try:
-        for node in graph.toposort():
-            if node.name not in needed:
-                continue
-            if node.op is Op.INPUT:
-                index[node.name] = 0
-                continue
+        for node in graph.steps(wanted):
             ins = [index[i] for i in node.inputs]
-            widths = [int(graph.by_name[i].width) for i in node.inputs]
+            widths = [int(by_name[i].width) for i in node.inputs]
             step = _step(node, widths, param)
             if step is None or not 0 < int(node.width or 0) <= MAX_WIDTH:
                 return None
@@ -128,7 +123,7 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool], x_dtype: str) -> R
         return None
     outs, dtypes, widths = [], [], []
     for name, thin in zip(wanted, narrow):
-        node = graph.by_name[name]
+        node = by_name[name]
         if node.op is Op.INPUT:  # the input returned as is: nothing to fuse
             return None
         dtype = "int64" if node.op in INT_OPS else (x_dtype if thin else "float64")

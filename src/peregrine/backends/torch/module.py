@@ -242,15 +242,10 @@ class TorchExecutable(Executable):
         graph = self.spec.graph
         wanted = [graph.outputs[o] for o in outputs]
         needed = needed_nodes(graph, wanted)
-        index: dict[str, int] = {}
+        index: dict[str, int] = {n.name: 0 for n in graph.nodes if n.op is Op.INPUT}
         steps: list[nn.Module] = []
         srcs: list[list[int]] = []
-        for node in graph.toposort():
-            if node.name not in needed:
-                continue
-            if node.op is Op.INPUT:
-                index[node.name] = 0
-                continue
+        for node in graph.steps(wanted):
             index[node.name] = len(steps) + 1
             steps.append(self._lowered[node.name].module)
             srcs.append([index[i] for i in node.inputs])
