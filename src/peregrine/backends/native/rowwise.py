@@ -10,8 +10,9 @@ float64 as scikit-learn does.
 
 Semantics are those of ``reference.RULES`` op by op, in float64 (the rules' casts), with the
 rules' operation order where rounding depends on it (``(x - c) / s``, ``x * a + b``, products
-then bias); sums run left to right where NumPy may pair them up, and libm's ``exp``/``log``
-replace NumPy's SIMD ones: differences of a few ulps, far inside the conformance tolerances.
+then bias); sums run left to right where NumPy may pair them up, ``exp`` is vmath's vector
+one (within 1 ulp of libm's) evaluated for the interleaved rows together, and ``log``/``sqrt``
+are libm's/LLVM's: differences of a few ulps, far inside the conformance tolerances.
 NaN follows IEEE comparisons exactly as the rules' NumPy expressions do.
 
 The kernel also sums ``x * 0`` over every input value it reads: the sum is NaN exactly when the
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
+from peregrine.backends.native import vmath
 from peregrine.backends.native.irutil import F32, F64, I1, I32, I64, PTR, gep
 from peregrine.ir import Graph, Link, Op
 
@@ -301,9 +303,7 @@ class _Emitter:
         acc = b.phi(acc0.type, name="nonfinite")
         r.add_incoming(start, before)
         acc.add_incoming(acc0, before)
-        acc_next = acc
-        for k in range(step):
-            acc_next = self.row(b.add(r, ir.Constant(I64, k)), acc_next)
+        acc_next = self.rows([b.add(r, ir.Constant(I64, k)) for k in range(step)], acc)
         r_next = b.add(r, ir.Constant(I64, step))
         latch = b.block
         r.add_incoming(r_next, latch)
@@ -315,27 +315,61 @@ class _Emitter:
         total.add_incoming(acc_next, latch)
         return total
 
-    def row(self, r: ir.Value, acc: ir.Value) -> ir.Value:
-        """Row r: load, every step, store the outputs; returns acc + x * 0."""
+    def rows(self, rs: list[ir.Value], acc: ir.Value) -> ir.Value:
+        """Rows rs side by side: load, every step, store the outputs; returns acc + x * 0.
+        Steps run for all rows before the next step, so an op with a ``rows_`` form (exp)
+        works on the rows' values together, one vector op for all of them."""
         b, d, xt = self.b, self.d, self.xt
-        src = gep(b, self.x, [b.mul(r, ir.Constant(I64, d))], source_etype=xt)
-        v0 = b.load(src, typ=ir.VectorType(xt, d), align=4 if xt is F32 else 8)
-        if xt is F32:
-            v0 = b.fpext(v0, self.vec(d))
-        values = [v0]
+        values = []
+        for r in rs:
+            src = gep(b, self.x, [b.mul(r, ir.Constant(I64, d))], source_etype=xt)
+            v0 = b.load(src, typ=ir.VectorType(xt, d), align=4 if xt is F32 else 8)
+            values.append([b.fpext(v0, self.vec(d)) if xt is F32 else v0])
         for step in self.steps:
-            values.append(getattr(self, "op_" + step["op"])(step, [values[i] for i in step["in"]]))
-        for (idx, dtype), ptr in zip(self.outputs, self.out_ptrs):
-            value = values[idx]
-            w = value.type.count
-            ty = OUT_TYPES[dtype]
-            if ty is F32:
-                value = b.fptrunc(value, ir.VectorType(F32, w))
-            elif ty is I64:
-                value = b.fptosi(value, ir.VectorType(I64, w))
-            dst = gep(b, ptr, [b.mul(r, ir.Constant(I64, w))], source_etype=ty)
-            b.store(value, dst, align=4 if ty is F32 else 8)
-        return b.fadd(acc, b.fmul(v0, self.const(0.0, d)))
+            ins = [[vals[i] for i in step["in"]] for vals in values]
+            together = getattr(self, "rows_" + step["op"], None)
+            outs = (together(step, ins) if together is not None else
+                    [getattr(self, "op_" + step["op"])(step, one) for one in ins])
+            for vals, out in zip(values, outs):
+                vals.append(out)
+        for r, vals in zip(rs, values):
+            for (idx, dtype), ptr in zip(self.outputs, self.out_ptrs):
+                value = vals[idx]
+                w = value.type.count
+                ty = OUT_TYPES[dtype]
+                if ty is F32:
+                    value = b.fptrunc(value, ir.VectorType(F32, w))
+                elif ty is I64:
+                    value = b.fptosi(value, ir.VectorType(I64, w))
+                dst = gep(b, ptr, [b.mul(r, ir.Constant(I64, w))], source_etype=ty)
+                b.store(value, dst, align=4 if ty is F32 else 8)
+            acc = b.fadd(acc, b.fmul(vals[0], self.const(0.0, d)))
+        return acc
+
+    def joined(self, vs: list[ir.Value]) -> ir.Value:
+        """The rows' vectors end to end in one vector."""
+        if len(vs) == 1:
+            return vs[0]
+        out, k = ir.Constant(self.vec(sum(v.type.count for v in vs)), ir.Undefined), 0
+        for v in vs:
+            for j in range(v.type.count):
+                out = self.b.insert_element(out, self.lane(v, j), ir.Constant(I32, k))
+                k += 1
+        return out
+
+    def split(self, v: ir.Value, widths: list[int]) -> list[ir.Value]:
+        """joined's inverse."""
+        if len(widths) == 1:
+            return [v]
+        out, k = [], 0
+        for w in widths:
+            mask = ir.Constant(ir.VectorType(I32, w), list(range(k, k + w)))
+            out.append(self.b.shuffle_vector(v, ir.Constant(v.type, ir.Undefined), mask))
+            k += w
+        return out
+
+    def exp(self, v: ir.Value) -> ir.Value:
+        return vmath.exp(self.m, self.b, v)
 
     # ---- ops (each: step record, input values -> output value, all <w x double>)
     def op_linear(self, s: dict, ins: list) -> ir.Value:
@@ -389,24 +423,28 @@ class _Emitter:
             out = b.select(zero, self.const(1.0 / w, w), out)
         return out
 
-    def op_link(self, s: dict, ins: list) -> ir.Value:
-        b, x, w = self.b, ins[0], s["w"]
-        kind = s["kind"]
+    def rows_link(self, s: dict, ins: list) -> list:
+        b, kind = self.b, s["kind"]
+        xs = [one[0] for one in ins]
+        widths = [x.type.count for x in xs]
         if kind == Link.IDENTITY.value:
-            return x
-        if kind == Link.EXP.value:
-            return self.unary("exp", x)
+            return xs
+        if kind == Link.SOFTMAX.value:  # max-subtracted, per row
+            xs = [b.fsub(x, self.splat(self.reduce_max(x), w)) for x, w in zip(xs, widths)]
+        x = self.joined(xs)
+        n = x.type.count
         if kind == Link.SIGMOID.value:
             # reference.sigmoid: exp of a non-positive number only, no overflow
-            x = b.fmul(self.const(s["scale"], w), x)
-            e = self.unary("exp", b.fneg(self.unary("fabs", x)))
-            one = self.const(1.0, w)
-            pos = b.fcmp_ordered(">=", x, self.const(0.0, w))
+            x = b.fmul(self.const(s["scale"], n), x)
+            e = self.exp(b.fneg(self.unary("fabs", x)))
+            one = self.const(1.0, n)
+            pos = b.fcmp_ordered(">=", x, self.const(0.0, n))
             # 1 / (1 + e) or e / (1 + e): the numerator is picked first, one division
-            return b.fdiv(b.select(pos, one, e), b.fadd(one, e))
-        # softmax, max-subtracted
-        e = self.unary("exp", b.fsub(x, self.splat(self.reduce_max(x), w)))
-        return b.fdiv(e, self.splat(self.tree_sum(e), w))
+            return self.split(b.fdiv(b.select(pos, one, e), b.fadd(one, e)), widths)
+        es = self.split(self.exp(x), widths)
+        if kind == Link.EXP.value:
+            return es
+        return [b.fdiv(e, self.splat(self.tree_sum(e), w)) for e, w in zip(es, widths)]
 
     def op_binary_proba(self, s: dict, ins: list) -> ir.Value:
         b = self.b
@@ -434,8 +472,11 @@ class _Emitter:
             idx = b.select(take, ir.Constant(F64, float(j)), idx)
         return b.insert_element(ir.Constant(self.vec(1), ir.Undefined), idx, ir.Constant(I32, 0))
 
-    def op_ufunc(self, s: dict, ins: list) -> ir.Value:
-        return self.unary(s["f"], ins[0])
+    def rows_ufunc(self, s: dict, ins: list) -> list:
+        xs = [one[0] for one in ins]
+        if s["f"] == "exp":
+            return self.split(self.exp(self.joined(xs)), [x.type.count for x in xs])
+        return [self.unary(s["f"], x) for x in xs]
 
     def op_select(self, s: dict, ins: list) -> ir.Value:
         x = ins[0]
