@@ -451,3 +451,29 @@ def test_tuner_measures_on_the_users_sample(tmp_path, monkeypatch):
     np.testing.assert_array_equal(model.predict(X), pipe.predict(X))
     with pytest.raises(peregrine.InputError, match="0 rows"):
         peregrine.compile(pipe, "native", sample_input=X[:0])
+
+
+def test_rule_plans_run_in_row_blocks(monkeypatch):
+    """Models with no forest and no fused kernel (kernel SVMs, KNN) run their NumPy rules in
+    row blocks; block boundaries change nothing, and the rbf kernel's expanded form (the
+    native rule) agrees with sklearn's libsvm."""
+    from sklearn.datasets import make_classification
+    from sklearn.neighbors import KNeighborsClassifier
+    from sklearn.svm import SVC
+
+    from peregrine.backends.native import executable
+
+    X, y = make_classification(400, 6, n_informative=4, n_classes=3, random_state=0)
+    rows = np.random.default_rng(1).standard_normal((1000, 6))
+    for model, method in ((SVC(probability=True, random_state=0).fit(X, y), "predict_proba"),
+                          (SVC().fit(X, y), "decision_function"),
+                          (KNeighborsClassifier(7, weights="distance").fit(X, y),
+                           "predict_proba")):
+        whole = getattr(peregrine.compile(model, backend="native"), method)(rows)
+        monkeypatch.setattr(executable, "BLOCK_BYTES", 1)
+        monkeypatch.setattr(executable, "MIN_BLOCK_ROWS", 97)  # 11 blocks, the last short
+        blocked = getattr(peregrine.compile(model, backend="native"), method)(rows)
+        monkeypatch.undo()
+        # BLAS may pick another kernel for another matrix size: rounding-level differences
+        np.testing.assert_allclose(blocked, whole, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(whole, getattr(model, method)(rows), rtol=1e-5, atol=1e-6)

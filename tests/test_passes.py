@@ -61,9 +61,9 @@ def test_graph_builder_looks_nodes_up_by_name():
 def _knn_graph(**attrs):
     g = GraphBuilder()
     x = g.input(2)
-    d = g.add(Op.PAIRWISE_DISTANCE, (x,), width=3, metric="euclidean", p=2.0,
-              vectors=np.arange(6.0).reshape(3, 2))
-    knn = g.add(Op.KNN, (d,), width=2, **{"k": 2, "weights": "uniform", "values": np.eye(3)[:, :2],
+    knn = g.add(Op.KNN, (x,), width=2, **{"metric": "euclidean", "p": 2.0,
+                                          "vectors": np.arange(6.0).reshape(3, 2), "k": 2,
+                                          "weights": "uniform", "values": np.eye(3)[:, :2],
                                           "normalize": True, **attrs})
     return g.build({"predict": knn})
 
@@ -74,7 +74,10 @@ def test_verifier_checks_new_op_attributes():
     assert out.shape == (2, 2)
     for attrs, message in [({"k": 4}, "k=4"), ({"k": 1.5}, "k=1.5"),
                            ({"weights": "inverse"}, "weights="),
-                           ({"values": np.eye(2)}, "values has shape")]:
+                           ({"values": np.eye(2)}, "values has shape"),
+                           ({"metric": "hamming"}, "metric="),
+                           ({"metric": "minkowski", "p": 0.5}, "p must be >= 1"),
+                           ({"vectors": np.ones((3, 3))}, "vectors has shape")]:
         with pytest.raises(ValueError, match=message):
             _knn_graph(**attrs)
     g = GraphBuilder()

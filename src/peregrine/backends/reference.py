@@ -358,7 +358,11 @@ class ReferenceBackend(Backend):
 
 # the rules of the kernel, meta-estimator and transformer ops live in modules of their own;
 # importing them here registers them, so RULES is complete with this module
-from peregrine.backends import reference_models, reference_transformers  # noqa: E402, F401
+from peregrine.backends import (  # noqa: E402, F401
+    reference_models,
+    reference_neighbours,
+    reference_transformers,
+)
 from peregrine.backends.reference_transformers import (  # noqa: E402, F401  (re-exported)
     QUANTILE_BOUNDS,
     quantile_clip,

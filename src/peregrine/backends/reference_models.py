@@ -62,6 +62,14 @@ def powi(base: np.ndarray, times: int) -> np.ndarray:
     return ret
 
 
+def rbf_expanded(x: np.ndarray, v: np.ndarray, gamma: float) -> np.ndarray:
+    """rbf_kernel via euclidean_distances(squared=True): |x|^2 - 2 x.v + |v|^2, clamped at 0."""
+    d = -2 * (x @ v.T)
+    d += np.einsum("ij,ij->i", x, x)[:, None]
+    d += np.einsum("ij,ij->i", v, v)[None, :]
+    return np.exp(np.maximum(d, 0) * -gamma)
+
+
 @rule(Op.KERNEL)
 def _kernel(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
     a = node.attrs
@@ -70,11 +78,8 @@ def _kernel(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
         a.get("form", "libsvm") == "libsvm"
     if kind == "rbf" and libsvm:  # k_function: exp(-gamma * dot(x - v, x - v))
         k = np.exp(-gamma * _pair_diffs(x, v, lambda d: np.einsum("ijk,ijk->ij", d, d)))
-    elif kind == "rbf":  # rbf_kernel via euclidean_distances(squared=True)
-        d = -2 * (x @ v.T)
-        d += np.einsum("ij,ij->i", x, x)[:, None]
-        d += np.einsum("ij,ij->i", v, v)[None, :]
-        k = np.exp(np.maximum(d, 0) * -gamma)
+    elif kind == "rbf":
+        k = rbf_expanded(x, v, gamma)
     elif kind == "cosine":
         k = _l2_rows(x) @ _l2_rows(v).T
     else:
@@ -148,24 +153,6 @@ def _svm_proba(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
     return p
 
 
-_METRICS = {
-    "euclidean": lambda d: np.sqrt(np.einsum("ijk,ijk->ij", d, d)),
-    "manhattan": lambda d: np.abs(d).sum(axis=2),
-    "chebyshev": lambda d: np.abs(d).max(axis=2),
-}
-
-
-@rule(Op.PAIRWISE_DISTANCE)
-def _pairwise_distance(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
-    x, v, metric = _f64(ins[0]), _f64(node.attrs["vectors"]), node.attrs["metric"]
-    if metric == "cosine":  # cosine_distances: S = -cos; S += 1; clip to [0, 2]
-        return np.clip(1.0 - _l2_rows(x) @ _l2_rows(v).T, 0.0, 2.0)
-    if metric == "minkowski":
-        p = float(node.attrs["p"])
-        return _pair_diffs(x, v, lambda d: (np.abs(d) ** p).sum(axis=2)) ** (1.0 / p)
-    return _pair_diffs(x, v, _METRICS[metric])
-
-
 def distance_weights(dist: np.ndarray) -> np.ndarray:
     """neighbors._base._get_weights(dist, "distance"): 1 / dist per neighbour; a row with a
     zero distance weighs its zero-distance neighbours 1 and the others 0."""
@@ -173,25 +160,6 @@ def distance_weights(dist: np.ndarray) -> np.ndarray:
         w = 1.0 / dist
     inf = np.isinf(w)
     return np.where(inf.any(axis=1, keepdims=True), inf.astype(np.float64), w)
-
-
-@rule(Op.KNN)
-def _knn(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
-    dist = _f64(ins[0])
-    k = int(node.attrs["k"])
-    idx = np.argsort(dist, axis=1, kind="stable")[:, :k]  # equal distances: lowest index
-    if node.attrs["weights"] == "distance":
-        w = distance_weights(np.take_along_axis(dist, idx, axis=1))
-    else:
-        w = np.ones(idx.shape)
-    values = _f64(node.attrs["values"])
-    out = np.zeros((dist.shape[0], values.shape[1]))
-    for i in range(k):  # neighbour order, as sklearn accumulates
-        out += w[:, i:i + 1] * values[idx[:, i]]
-    if node.attrs.get("normalize", False):
-        total = out.sum(axis=1, keepdims=True)
-        return out / np.where(total == 0.0, 1.0, total)
-    return out / w.sum(axis=1, keepdims=True)
 
 
 

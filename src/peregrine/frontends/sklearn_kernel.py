@@ -9,8 +9,8 @@
   (i, j) votes i when dec > 0, else j, the first class with most votes wins (a LINEAR of
   ``dec > 0`` then ARGMAX); with break_ties the argmax of the 'ovr' decision. predict_proba is
   libsvm's ``svm_predict_probability`` (SVM_PROBA).
-* KNeighborsClassifier/Regressor: distances to ``_fit_X`` (PAIRWISE_DISTANCE), k nearest with
-  sklearn's weights (KNN); classifiers vote with one-hot rows of the class codes.
+* KNeighborsClassifier/Regressor: one KNN node (distances to ``_fit_X``, the k nearest, sklearn's
+  weights); classifiers vote with one-hot rows of the class codes.
 * KernelPCA: ``pairwise_kernels`` vs ``X_fit_`` (KERNEL, form "pairwise"), KernelCenterer,
   then the eigenvectors scaled by 1/sqrt(eigenvalue) as ``KernelPCA.transform``.
 
@@ -159,7 +159,8 @@ _METRIC_ALIASES = {"euclidean": "euclidean", "l2": "euclidean", "manhattan": "ma
                    "infinity": "chebyshev", "minkowski": "minkowski", "cosine": "cosine"}
 
 
-def _distances(est: Any, ctx: Context, flow: Flow) -> str:
+def _neighbours(est: Any, ctx: Context, flow: Flow) -> dict:
+    """The KNN attributes shared by the classifier and the regressor."""
     require_fitted(est, "_fit_X", "_y", "effective_metric_")
     _numeric_input(est, ctx, flow)
     metric = est.effective_metric_
@@ -184,19 +185,18 @@ def _distances(est: Any, ctx: Context, flow: Flow) -> str:
         raise unsupported(est, f"n_neighbors={est.n_neighbors} with n_samples_fit_="
                           f"{fit_x.shape[0]} (sklearn's predict raises ValueError: expected "
                           "n_neighbors <= n_samples_fit)")
-    return ctx.g.add(Op.PAIRWISE_DISTANCE, (flow.node,), width=fit_x.shape[0], metric=metric,
-                     p=float(p), vectors=fit_x)
+    return {"metric": metric, "p": float(p), "vectors": fit_x, "k": int(est.n_neighbors),
+            "weights": est.weights}
 
 
 @register_head(KNeighborsClassifier)
 def head_knn_classifier(est: Any, ctx: Context, flow: Flow) -> Head:
-    dist = _distances(est, ctx, flow)
+    attrs = _neighbours(est, ctx, flow)
     if est.outputs_2d_:
         raise unsupported(est, "multi-output targets", "one target column")
     k = len(est.classes_)
     onehot = np.eye(k)[np.asarray(est._y, dtype=np.int64)]
-    proba = ctx.g.add(Op.KNN, (dist,), width=k, k=int(est.n_neighbors), weights=est.weights,
-                      values=onehot, normalize=True)
+    proba = ctx.g.add(Op.KNN, (flow.node,), width=k, values=onehot, normalize=True, **attrs)
     label = ctx.g.add(Op.ARGMAX, (proba,), dtype="int64", width=1)  # mode: smallest class
     return Head({"predict": label, "predict_proba": proba},
                 {"predict": MethodSpec("predict", labels=np.asarray(est.classes_)),
@@ -205,11 +205,11 @@ def head_knn_classifier(est: Any, ctx: Context, flow: Flow) -> Head:
 
 @register_head(KNeighborsRegressor)
 def head_knn_regressor(est: Any, ctx: Context, flow: Flow) -> Head:
-    dist = _distances(est, ctx, flow)
+    attrs = _neighbours(est, ctx, flow)
     y = _f64(est._y)
     y2 = y.reshape(len(y), -1)
-    out = ctx.g.add(Op.KNN, (dist,), width=y2.shape[1], k=int(est.n_neighbors),
-                    weights=est.weights, values=y2, normalize=False)
+    out = ctx.g.add(Op.KNN, (flow.node,), width=y2.shape[1], values=y2, normalize=False,
+                    **attrs)
     return Head({"predict": out}, {"predict": MethodSpec("predict", squeeze=y.ndim == 1)})
 
 

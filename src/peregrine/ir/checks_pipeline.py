@@ -89,15 +89,11 @@ def _check_svm_proba(n: Node, ins: list[Node]) -> None:
     check_width(n, ins, k)
 
 
-def _check_pairwise_distance(n: Node, ins: list[Node]) -> None:
-    _vectors(n, ins)
-    if choice(n, "metric", DISTANCE_METRICS) == "minkowski" and real(n, "p") < 1:
-        raise bad(n, "minkowski p must be >= 1")
-
-
 def _check_knn(n: Node, ins: list[Node]) -> None:
     one_input(n, ins)
-    m = ins[0].width  # one distance per fitted row
+    m = array(n, "vectors", (None, ins[0].width), finite=True).shape[0]  # the fitted rows
+    if choice(n, "metric", DISTANCE_METRICS) == "minkowski" and real(n, "p") < 1:
+        raise bad(n, "minkowski p must be >= 1")
     integer(n, "k", 1, m)
     choice(n, "weights", NEIGHBOUR_WEIGHTS)
     values = array(n, "values", (m, None))
@@ -230,7 +226,6 @@ PIPELINE_CHECKS: dict[Op, Check] = {
     Op.OVR_DECISION: _check_ovr_decision,
     Op.KERNEL: _check_kernel,
     Op.SVM_PROBA: _check_svm_proba,
-    Op.PAIRWISE_DISTANCE: _check_pairwise_distance,
     Op.KNN: _check_knn,
     Op.WEIGHTED_SUM: _check_weighted_sum,
     Op.WEIGHTED_MEDIAN: _check_weighted_median,

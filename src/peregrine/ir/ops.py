@@ -66,14 +66,13 @@ class Op(enum.Enum):
     # multiclass_probability (Wu, Lin & Weng pairwise coupling iteration; 2 classes too)
     SVM_PROBA = "svm_proba"
     # attrs: metric ("euclidean", "manhattan", "chebyshev", "minkowski", "cosine"), p
-    # (minkowski), vectors (m, d): (n, d) -> (n, m) distances from the per-pair differences;
-    # cosine as sklearn's cosine_distances: 1 - normalized dot, clipped to [0, 2]
-    PAIRWISE_DISTANCE = "pairwise_distance"
-    # attrs: k, weights ("uniform" | "distance"), values (m, w), normalize (bool). Input
-    # distances (n, m); picks the k smallest per row (ties: lowest index first, a stable sort);
-    # weights 1 or 1/dist (rows with a zero distance: 1 for zero distances, 0 for the rest);
-    # output sum_i w_i * values[idx_i] divided by sum_i w_i, or when normalize by the row sum of
-    # that (0 -> 1), as KNeighborsClassifier.predict_proba
+    # (minkowski), vectors (m, d), k, weights ("uniform" | "distance"), values (m, w),
+    # normalize (bool). (n, d) -> (n, w): each row's distances to the vectors from the per-pair
+    # differences (cosine as sklearn's cosine_distances: 1 - normalized dot, clipped to
+    # [0, 2]); the k smallest (ties: lowest index first, a stable sort's first k); weights 1
+    # or 1/dist (rows with a zero distance: 1 for zero distances, 0 for the rest); output
+    # sum_i w_i * values[idx_i] divided by sum_i w_i, or when normalize by the row sum of that
+    # (0 -> 1), as KNeighborsClassifier.predict_proba
     KNN = "knn"
 
     # ---- transformers area (QuantileTransformer, PowerTransformer, KBinsDiscretizer,

@@ -37,7 +37,8 @@ from peregrine.backends.native.fused import RowKernel, checked_runner, narrow_ou
 from peregrine.backends.native.irutil import FLOATS
 from peregrine.backends.native.layout import TOP_LEVELS, PackedForest, pack
 from peregrine.backends.native.schedule import Lanes, Parallel, Schedule
-from peregrine.backends.reference import RULES, compute_dtype
+from peregrine.backends.native.rules import RULES
+from peregrine.backends.reference import compute_dtype
 from peregrine.errors import InputError
 from peregrine.ir import Forest, Node, Op
 from peregrine.options import CompileOptions, Precision
@@ -51,6 +52,11 @@ PARALLEL_MIN_WORK = 1 << 17
 # 72 KiB of float64 per thread for two outputs, in L2 between the kernel and the rounding.
 NARROW_CHUNK = 4608
 INPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# Row blocks for a plan of NumPy rules: about 8 MiB of intermediate values per block (a kernel
+# SVM's (rows, support vectors) matrix would otherwise take gigabytes for a large batch), and
+# enough rows that NumPy's per-call overhead stays small.
+BLOCK_BYTES = 1 << 23
+MIN_BLOCK_ROWS = 4096
 FLOAT64 = np.dtype(np.float64)
 _ARG = {name: i for i, name in enumerate(ARGS)}
 _RE = _ARG["re"]
@@ -487,6 +493,23 @@ class NativeExecutable(Executable):
             res = rows.run(np.ascontiguousarray(X), default_threads(self.options))
             return dict(zip(outputs, res))
         plan = self._plan_for(outputs)
+        if not any(isinstance(step, _Fused) for step in plan):
+            block = self._block_rows(plan)
+            if X.shape[0] > block:
+                # rules only (no forest kernel, which splits rows over threads itself): row
+                # blocks keep each op's temporaries near the cache instead of full passes.
+                # Sequential: blocks on the thread pool measured slower for BLAS-bound plans
+                # (kernel SVMs, KernelPCA), whose BLAS calls already use every core.
+                parts = [self._run_plan(plan, X[i:i + block], outputs)
+                         for i in range(0, X.shape[0], block)]
+                return {o: np.concatenate([p[o] for p in parts]) for o in outputs}
+        return self._run_plan(plan, X, outputs)
+
+    def _block_rows(self, plan: list) -> int:
+        row_bytes = 8 * sum(max(1, int(step.width or 1)) for step in plan)
+        return max(MIN_BLOCK_ROWS, BLOCK_BYTES // row_bytes)
+
+    def _run_plan(self, plan: list, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
         values: dict[str, Any] = {}
         for step in plan:
             if isinstance(step, _Fused):

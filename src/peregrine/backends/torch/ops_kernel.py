@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from peregrine.backends.reference_neighbours import EPS, ERROR_BOUND, EXTRA_CANDIDATES
 from peregrine.backends.torch.ops import Lowered, f64, lowering
 from peregrine.ir import Node, Op
 from peregrine.ir.ops import class_pairs
@@ -165,24 +166,52 @@ class SvmProba(nn.Module):
         return p
 
 
-class PairwiseDistance(nn.Module):
+class Knn(nn.Module):
+    """Op.KNN as reference_neighbours.nearest computes it: euclidean candidates by the expanded
+    form (one GEMM and a top-k), exact distances from differences for the candidates only, a
+    per-row check that no other fitted row can be as near, the specification's full way for
+    rows that fail it; other metrics from all the differences and a k-th-value partition."""
+
     def __init__(self, node: Node) -> None:
         super().__init__()
-        self.metric = str(node.attrs["metric"])
-        self.p = float(node.attrs.get("p", 2.0))
-        v = np.asarray(node.attrs["vectors"], dtype=np.float64)
+        a = node.attrs
+        self.metric = str(a["metric"])
+        self.p = float(a.get("p", 2.0))
+        self.k = int(a["k"])
+        self.distance = a["weights"] == "distance"
+        self.normalize = bool(a.get("normalize", False))
+        v = np.asarray(a["vectors"], dtype=np.float64)
+        vv = np.einsum("ij,ij->i", v, v)
         self.register_buffer("vectors", f64(v))
-        self.step = _chunk_rows(v.shape[0], v.shape[1])
+        self.register_buffer("vv", f64(vv))
+        self.register_buffer("values", f64(a["values"]))
+        m, d = v.shape
+        self.vv_max = float(vv.max()) if m else 0.0
+        self.n_cand = min(m, 2 * self.k + EXTRA_CANDIDATES)
+        self.expanded = (self.metric == "euclidean" or (self.metric == "minkowski"
+                                                        and self.p == 2.0)) and self.n_cand < m
+        self.slack = ERROR_BOUND * (d + 4) * EPS
+        self.root_slack = 1.0 + 8.0 * EPS
+        self.step = _chunk_rows(m, d)
+        self.gemm_step = _chunk_rows(m, 1)
 
     def forward(self, xs: list[Tensor]) -> Tensor:
-        x = xs[0].to(torch.float64)
-        v = self.vectors
-        if self.metric == "cosine":
-            return torch.clamp(1.0 - _l2_rows(x) @ _l2_rows(v).T, 0.0, 2.0)
-        parts: list[Tensor] = [x.new_zeros((0, v.shape[0]))]  # keeps cat valid on 0 rows
-        for s in range(0, x.shape[0], self.step):
-            parts.append(self._reduce(x[s : s + self.step].unsqueeze(1) - v.unsqueeze(0)))
-        return torch.cat(parts, dim=0)
+        near, idx = self._nearest(xs[0].to(torch.float64))
+        n = idx.shape[0]
+        if self.distance:  # neighbors._base._get_weights
+            w = 1.0 / near
+            inf = torch.isinf(w)
+            w = torch.where(inf.any(dim=1, keepdim=True), inf.to(torch.float64), w)
+        else:
+            w = torch.ones_like(near)
+        vals = self.values.index_select(0, idx.reshape(-1)).reshape(n, self.k, -1)
+        out = torch.zeros((n, vals.shape[2]), dtype=torch.float64, device=near.device)
+        for i in range(self.k):  # neighbour order, as sklearn accumulates
+            out = out + w[:, i : i + 1] * vals[:, i, :]
+        if self.normalize:
+            total = out.sum(dim=1, keepdim=True)
+            return out / torch.where(total == 0.0, torch.ones_like(total), total)
+        return out / w.sum(dim=1, keepdim=True)
 
     def _reduce(self, d: Tensor) -> Tensor:
         """Per-pair differences (rows, m, d) -> distances, as the reference."""
@@ -194,35 +223,62 @@ class PairwiseDistance(nn.Module):
             return d.abs().max(dim=2)[0]
         return torch.pow(torch.pow(d.abs(), self.p).sum(dim=2), 1.0 / self.p)
 
+    def _distances(self, x: Tensor) -> Tensor:
+        """Every row's distance to every vector, the specification's way."""
+        v = self.vectors
+        if self.metric == "cosine":
+            return torch.clamp(1.0 - _l2_rows(x) @ _l2_rows(v).T, 0.0, 2.0)
+        parts: list[Tensor] = [x.new_zeros((0, v.shape[0]))]  # keeps cat valid on 0 rows
+        for s in range(0, x.shape[0], self.step):
+            parts.append(self._reduce(x[s : s + self.step].unsqueeze(1) - v.unsqueeze(0)))
+        return torch.cat(parts, dim=0)
 
-class Knn(nn.Module):
-    def __init__(self, node: Node) -> None:
-        super().__init__()
-        self.k = int(node.attrs["k"])
-        self.distance = node.attrs["weights"] == "distance"
-        self.normalize = bool(node.attrs.get("normalize", False))
-        self.register_buffer("values", f64(node.attrs["values"]))
+    def _smallest(self, dist: Tensor) -> Tensor:
+        """A stable sort's first k columns, by the k-th value (reference_neighbours.smallest)."""
+        n, m, k = dist.shape[0], dist.shape[1], self.k
+        if k >= m or n == 0:
+            return torch.sort(dist, dim=1, stable=True)[1][:, :k]
+        kth = torch.kthvalue(dist, k, dim=1, keepdim=True)[0]
+        if bool(torch.isnan(kth).any()):
+            return torch.sort(dist, dim=1, stable=True)[1][:, :k]
+        less, tie = dist < kth, dist == kth
+        room = k - less.sum(dim=1, keepdim=True)
+        take = less | (tie & (torch.cumsum(tie.to(torch.int64), dim=1) <= room))
+        cols = torch.nonzero(take)[:, 1].reshape(n, k)  # row-major: ascending within a row
+        order = torch.sort(dist.gather(1, cols), dim=1, stable=True)[1]
+        return cols.gather(1, order)
 
-    def forward(self, xs: list[Tensor]) -> Tensor:
-        dist = xs[0].to(torch.float64)
-        n = dist.shape[0]
-        # stable sort: equal distances keep the lowest index first, as the reference
-        srt, idx = torch.sort(dist, dim=1, stable=True)
-        near, idx = srt[:, : self.k], idx[:, : self.k]
-        if self.distance:  # neighbors._base._get_weights
-            w = 1.0 / near
-            inf = torch.isinf(w)
-            w = torch.where(inf.any(dim=1, keepdim=True), inf.to(torch.float64), w)
-        else:
-            w = torch.ones_like(near)
-        vals = self.values.index_select(0, idx.reshape(-1)).reshape(n, self.k, -1)
-        out = torch.zeros((n, vals.shape[2]), dtype=torch.float64, device=dist.device)
-        for i in range(self.k):  # neighbour order, as sklearn accumulates
-            out = out + w[:, i : i + 1] * vals[:, i, :]
-        if self.normalize:
-            total = out.sum(dim=1, keepdim=True)
-            return out / torch.where(total == 0.0, torch.ones_like(total), total)
-        return out / w.sum(dim=1, keepdim=True)
+    def _nearest(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        if not self.expanded:
+            dist = self._distances(x)
+            idx = self._smallest(dist)
+            return dist.gather(1, idx), idx
+        v, k = self.vectors, self.k
+        nears: list[Tensor] = [x.new_zeros((0, k))]
+        idxs: list[Tensor] = [torch.zeros((0, k), dtype=torch.int64, device=x.device)]
+        for s in range(0, x.shape[0], self.gemm_step):
+            xb = x[s : s + self.gemm_step]
+            xx = (xb * xb).sum(dim=1)
+            approx = -2.0 * (xb @ v.T) + xx.unsqueeze(1) + self.vv.unsqueeze(0)
+            cand = torch.topk(approx, self.n_cand, dim=1, largest=False, sorted=False)[1]
+            bound = approx.gather(1, cand).max(dim=1)[0]
+            cand = torch.sort(cand, dim=1)[0]  # index order: the stable sort breaks ties by it
+            cv = v.index_select(0, cand.reshape(-1)).reshape(cand.shape[0], self.n_cand, -1)
+            srt, order = torch.sort(self._reduce(xb.unsqueeze(1) - cv), dim=1, stable=True)
+            near, nidx = srt[:, :k], cand.gather(1, order[:, :k])
+            # as the reference: no non-candidate can be as near as the k-th
+            margin = self.slack * (xx + self.vv_max)
+            safe = (bound - margin) > near[:, k - 1] * near[:, k - 1] * self.root_slack
+            safe = safe & torch.isfinite(approx).all(dim=1)
+            if not bool(safe.all()):
+                redo = torch.nonzero(~safe)[:, 0]
+                dist = self._distances(xb.index_select(0, redo))
+                ridx = self._smallest(dist)
+                near = near.index_copy(0, redo, dist.gather(1, ridx))
+                nidx = nidx.index_copy(0, redo, ridx)
+            nears.append(near)
+            idxs.append(nidx)
+        return torch.cat(nears, dim=0), torch.cat(idxs, dim=0)
 
 
 @lowering(Op.OVR_DECISION)
@@ -238,11 +294,6 @@ def lower_kernel(node: Node, options: CompileOptions) -> Lowered:
 @lowering(Op.SVM_PROBA)
 def lower_svm_proba(node: Node, options: CompileOptions) -> Lowered:
     return Lowered(SvmProba(node))
-
-
-@lowering(Op.PAIRWISE_DISTANCE)
-def lower_pairwise_distance(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(PairwiseDistance(node))
 
 
 @lowering(Op.KNN)

@@ -1,0 +1,136 @@
+"""NumPy rule of the KNN op (KNeighborsClassifier/Regressor): part of the reference backend,
+and what the native backend runs.
+
+What it computes (the specification, ``Op.KNN``): the distance of each row to every fitted row
+from the per-pair differences (``sqrt(sum (x - v)**2)`` for euclidean, as a KD/ball tree
+does), the k smallest with ties to the lowest index (a stable sort's first k), then the
+weighted average of their values.
+
+How, without an (n, m, d) difference tensor and a full sort per row:
+
+- euclidean (and minkowski p=2): squared distances in the expanded form ``|x|^2 - 2 x.v +
+  |v|^2`` (one BLAS product, as sklearn's brute force) pick ``K = 2k + 16`` candidates per
+  row; only the candidates' distances are computed from their differences, and the k nearest
+  are taken among them. That is the specification's answer whenever no other fitted row can
+  be as near as the k-th, which each row checks: every non-candidate has an expanded distance
+  at least the K-th smallest, so an exact one at least that minus the expanded form's rounding
+  bound (``ERROR_BOUND``). Rows that fail the check (near-ties that close, overflow) are
+  recomputed the specification's way.
+- other metrics: every distance from the differences, in row chunks, then the k smallest by
+  a partition (the k-th value), not a sort.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from peregrine.backends.reference import _f64, rule
+from peregrine.backends.reference_models import _l2_rows, _row_chunks, distance_weights
+from peregrine.ir import Node, Op
+from peregrine.options import CompileOptions
+
+EPS = float(np.finfo(np.float64).eps)
+# |expanded - exact| <= ERROR_BOUND * (d + 4) * eps * (|x|^2 + max |v|^2): a dot product's
+# rounding error is at most d eps |x||v| (any summation order, FMA or not), each squared norm's
+# d eps |x|^2, and the difference form's own sum (d + 1) eps (|x| + |v|)^2; 8 covers them with
+# room to spare.
+ERROR_BOUND = 8.0
+EXTRA_CANDIDATES = 16
+
+_REDUCE = {
+    "euclidean": lambda d: np.sqrt(np.einsum("ijk,ijk->ij", d, d)),
+    "manhattan": lambda d: np.abs(d).sum(axis=2),
+    "chebyshev": lambda d: np.abs(d).max(axis=2),
+}
+
+
+def _from_differences(d: np.ndarray, metric: str, p: float) -> np.ndarray:
+    """(rows, vectors, features) differences -> (rows, vectors) distances."""
+    if metric == "minkowski":
+        return (np.abs(d) ** p).sum(axis=2) ** (1.0 / p)
+    return _REDUCE[metric](d)
+
+
+def distances(x: np.ndarray, v: np.ndarray, metric: str, p: float) -> np.ndarray:
+    """Every row's distance to every vector, the specification's way: (n, m)."""
+    if metric == "cosine":  # cosine_distances: S = -cos; S += 1; clip to [0, 2]
+        return np.clip(1.0 - _l2_rows(x) @ _l2_rows(v).T, 0.0, 2.0)
+    out = np.empty((x.shape[0], v.shape[0]))
+    with np.errstate(over="ignore"):  # huge inputs: inf distances, as sklearn's
+        for sl in _row_chunks(x.shape[0], v.shape[0] * v.shape[1]):
+            out[sl] = _from_differences(x[sl, None, :] - v[None, :, :], metric, p)
+    return out
+
+
+def smallest(dist: np.ndarray, k: int) -> np.ndarray:
+    """Column indices of each row's k smallest values, ordered by (value, index): what a
+    stable argsort's first k columns are, by a partition instead of a sort."""
+    n, m = dist.shape
+    if k >= m or n == 0:
+        return np.argsort(dist, axis=1, kind="stable")[:, :k]
+    kth = np.partition(dist, k - 1, axis=1)[:, k - 1:k]
+    if np.isnan(kth).any():  # fewer than k numbers in some row: NaN order is the sort's
+        return np.argsort(dist, axis=1, kind="stable")[:, :k]
+    less, tie = dist < kth, dist == kth
+    room = k - less.sum(axis=1, keepdims=True)  # ties at the k-th value: lowest indices
+    take = less | (tie & (np.cumsum(tie, axis=1) <= room))
+    cols = np.nonzero(take)[1].reshape(n, k)  # row-major: ascending index within a row
+    order = np.argsort(np.take_along_axis(dist, cols, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(cols, order, axis=1)
+
+
+def nearest(x: np.ndarray, v: np.ndarray, metric: str, p: float, k: int
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """(distances, indices) of each row's k nearest vectors, nearest first, ties by index."""
+    n, m = x.shape[0], v.shape[0]
+    n_cand = min(m, 2 * k + EXTRA_CANDIDATES)
+    if not (metric == "euclidean" or (metric == "minkowski" and p == 2.0)) or n_cand >= m:
+        dist_all = distances(x, v, metric, p)
+        idx = smallest(dist_all, k)
+        return np.take_along_axis(dist_all, idx, axis=1), idx
+    vv = np.einsum("ij,ij->i", v, v)
+    slack = ERROR_BOUND * (v.shape[1] + 4) * EPS
+    dist, idx = np.empty((n, k)), np.empty((n, k), dtype=np.int64)
+    for sl in _row_chunks(n, m):
+        xb = x[sl]
+        xx = np.einsum("ij,ij->i", xb, xb)
+        with np.errstate(over="ignore", invalid="ignore"):
+            approx = xb @ v.T
+            approx *= -2.0
+            approx += xx[:, None]
+            approx += vv
+            cand = np.argpartition(approx, n_cand - 1, axis=1)[:, :n_cand]
+            bound = np.take_along_axis(approx, cand, axis=1).max(axis=1)
+            cand.sort(axis=1)  # index order: the stable sort below breaks ties by index
+            d = _from_differences(xb[:, None, :] - v[cand], metric, p)
+            order = np.argsort(d, axis=1, kind="stable")[:, :k]
+            near, near_idx = np.take_along_axis(d, order, axis=1), np.take_along_axis(
+                cand, order, axis=1)
+            # a non-candidate's exact squared distance is >= bound - margin; strictly above
+            # the k-th's (with a few ulps for the root's rounding) it cannot be chosen
+            margin = slack * (xx + vv.max())
+            safe = (bound - margin) > near[:, -1] ** 2 * (1.0 + 8.0 * EPS)
+            safe &= np.isfinite(approx).all(axis=1)
+        if not safe.all():
+            redo = np.flatnonzero(~safe)
+            dist_all = distances(xb[redo], v, metric, p)
+            r_idx = smallest(dist_all, k)
+            near[redo], near_idx[redo] = np.take_along_axis(dist_all, r_idx, axis=1), r_idx
+        dist[sl], idx[sl] = near, near_idx
+    return dist, idx
+
+
+@rule(Op.KNN)
+def _knn(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    a = node.attrs
+    k = int(a["k"])
+    near, idx = nearest(_f64(ins[0]), _f64(a["vectors"]), a["metric"], float(a.get("p", 2.0)), k)
+    w = distance_weights(near) if a["weights"] == "distance" else np.ones(idx.shape)
+    values = _f64(a["values"])
+    out = np.zeros((idx.shape[0], values.shape[1]))
+    for i in range(k):  # neighbour order, as sklearn accumulates
+        out += w[:, i:i + 1] * values[idx[:, i]]
+    if a.get("normalize", False):
+        total = out.sum(axis=1, keepdims=True)
+        return out / np.where(total == 0.0, 1.0, total)
+    return out / w.sum(axis=1, keepdims=True)
