@@ -4,7 +4,8 @@ ColumnTransformer pipeline over string columns.
 
     .venv/bin/python benchmarks/bench_pipelines.py --rows 200000 --out docs/benchmarks_pipelines.md
 
-Each system scores the same rows in one call; median of --repeats timed runs after one warm-up.
+Each system scores the same rows in one call; median of --repeats timed runs after warm-up
+(calls under a second: until two in a row agree within 20%).
 Threads: torch.set_num_threads, ORT intra_op_num_threads and OMP/MKL env (set before imports).
 Outputs are checked against scikit-learn (rtol 1e-5 / atol 1e-6) so a fast wrong answer shows.
 """
@@ -150,9 +151,27 @@ def _touch_memory(gib: float = 3.0) -> None:
 SETTLE_S = 0.5
 
 
+# Warm-up: on this VM the first calls that write a large result into memory the process has not
+# used yet run up to 10x slower (the host backs guest pages lazily, and reclaims idle ones):
+# measured, MinMaxScaler's 80 MB output took 120 ms for the first five calls, then 10 ms. Calls
+# under a second are therefore repeated until two in a row agree within 20% (at most 10).
+WARM_MAX, WARM_FAST_S = 10, 1.0
+
+
 def _time(fn, data, repeats: int) -> tuple[float, object]:
     time.sleep(SETTLE_S)
+    t = time.perf_counter()
     out = fn(data)  # warm-up
+    last = time.perf_counter() - t
+    for _ in range(WARM_MAX - 1):
+        if last >= WARM_FAST_S:
+            break
+        t = time.perf_counter()
+        fn(data)
+        now = time.perf_counter() - t
+        if abs(now - last) <= 0.2 * min(now, last):
+            break
+        last = now
     ts = []
     for _ in range(repeats):
         t = time.perf_counter()
@@ -231,7 +250,7 @@ def main(argv=None) -> int:
             f"Python {sys.version.split()[0]}, scikit-learn {sklearn.__version__}, torch "
             f"{torch.__version__}, onnxruntime {onnxruntime.__version__}, skl2onnx "
             f"{skl2onnx.__version__}, peregrine {peregrine.__version__}. One call on all rows, "
-            f"median of {args.repeats} runs after a warm-up; float32 input (DataFrame for the "
+            f"median of {args.repeats} runs after warm-up calls (until two agree within 20%); float32 input (DataFrame for the "
             "pipelines). Peregrine's outputs were checked against scikit-learn (rtol 1e-5, "
             "atol 1e-6); ORT's max abs deviation is listed. *torch* is the torch backend as "
             "compiled by default (*fused*: its CPU program is one fused row kernel); *op-by-op* "

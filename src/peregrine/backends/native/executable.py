@@ -36,8 +36,8 @@ from peregrine.backends.native.codegen import (
 from peregrine.backends.native.fused import RowKernel, checked_runner, narrow_outputs, row_kernel
 from peregrine.backends.native.irutil import FLOATS
 from peregrine.backends.native.layout import TOP_LEVELS, PackedForest, pack
-from peregrine.backends.native.schedule import Lanes, Parallel, Schedule
 from peregrine.backends.native.rules import RULES
+from peregrine.backends.native.schedule import Lanes, Parallel, Schedule
 from peregrine.backends.reference import compute_dtype
 from peregrine.errors import InputError
 from peregrine.ir import Forest, Node, Op
