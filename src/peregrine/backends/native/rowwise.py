@@ -495,9 +495,4 @@ class _Emitter:
         return out
 
     def op_concat(self, s: dict, ins: list) -> ir.Value:
-        b, out, k = self.b, ir.Constant(self.vec(s["w"]), ir.Undefined), 0
-        for v in ins:
-            for j in range(v.type.count):
-                out = b.insert_element(out, self.lane(v, j), ir.Constant(I32, k))
-                k += 1
-        return out
+        return self.joined(ins)
