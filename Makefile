@@ -8,7 +8,11 @@ DEV_DEPS := torch==2.13.0 "xgboost-cpu>=3.0,<4" "llvmlite>=0.44" "onnx>=1.15" "o
 	"tqdm>=4.60" "matplotlib>=3.7" "pyarrow>=14"
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all lint typecheck clean env bench-deps bench
+# The suite again with the native backend and the math libraries (ATen, oneDNN, MKL, OpenBLAS)
+# held to lower x86-64 levels, so one machine runs the code paths an AVX2 or SSE4.2 CPU takes.
+CPU_LEVELS := x86-64-v3 x86-64-v2
+
+.PHONY: demo test test-all test-cpu-levels lint typecheck clean env bench-deps bench
 # Peers for benchmarks only (demo and test do not need them): ONNX converters and TL2cgen.
 PEER_DEPS := "skl2onnx>=1.16" "onnxmltools>=1.12" "tl2cgen>=1.0"
 
@@ -27,6 +31,13 @@ demo: $(STAMP)
 # Default run: everything but slow and peer-comparison tests, on both cores.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -m "not slow and not peer" --timeout 900
+
+test-cpu-levels: $(STAMP)
+	for level in $(CPU_LEVELS); do \
+	  echo "== forced CPU level $$level"; \
+	  $(BIN)/python -m peregrine.tools.cpu_level $$level -- \
+	    $(BIN)/python -m pytest -n 2 -m "not slow and not peer" --timeout 900 || exit $$?; \
+	done
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --timeout 1800

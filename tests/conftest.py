@@ -5,6 +5,20 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "2")
 
 
+def pytest_report_header(config):
+    """Which CPU code paths this run takes (``make test-cpu-levels`` forces lower ones)."""
+    import platform
+
+    level = os.environ.get("PEREGRINE_CPU_LEVEL", "native (host)")
+    try:
+        import torch
+
+        aten = torch.backends.cpu.get_cpu_capability()
+    except ImportError:
+        aten = "no torch"
+    return f"peregrine CPU level: {level}; ATen kernels: {aten}; {platform.processor() or ''}"
+
+
 def pytest_collection_modifyitems(config, items):
     # GPU tests skip cleanly on machines without CUDA (CI never has one).
     try:

@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from peregrine.ir.checks import CORE_CHECKS
 from peregrine.ir.checks_pipeline import PIPELINE_CHECKS
 from peregrine.ir.forest import Forest
@@ -23,8 +25,33 @@ class Node:
     dtype: str = "float64"  # numpy dtype name of the output
     width: int | None = None  # output columns; rows are the batch
 
+    def __post_init__(self) -> None:
+        # Array attributes are stored C-contiguous. A program built from a fitted model (whose
+        # arrays may be transposed views) and one built from its saved artifact (arrays written
+        # C-contiguous) are then the same program: a BLAS call given a transposed operand may
+        # pick another kernel and sum in another order, which made a loaded KernelPCA differ
+        # from the compiled one in the last bit on AMD hosts.
+        if any(_has_array(v) for v in self.attrs.values()):
+            object.__setattr__(self, "attrs", {k: _canonical(v) for k, v in self.attrs.items()})
+
     def with_attrs(self, **attrs: Any) -> Node:
         return replace(self, attrs={**self.attrs, **attrs})
+
+
+def _has_array(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return not value.flags.c_contiguous
+    if type(value) in (list, tuple):
+        return any(_has_array(v) for v in value)
+    return False
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return np.ascontiguousarray(value)
+    if type(value) in (list, tuple):
+        return type(value)(_canonical(v) for v in value)
+    return value
 
 
 @dataclass(frozen=True, eq=False)

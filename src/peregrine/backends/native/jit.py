@@ -46,6 +46,11 @@ class Target:
     @classmethod
     @cache
     def host(cls) -> Target:
+        """The CPU this process runs on, or the level ``PEREGRINE_CPU_LEVEL`` forces (so one
+        machine can run the code paths an AVX2 or SSE4.2 CPU takes)."""
+        level = config.cpu_level()
+        if level is not None:
+            return cls(level.llvm_cpu, level.llvm_features)
         try:
             features = llvm.get_host_cpu_features().flatten()
         except RuntimeError:  # LLVM cannot read features on some hosts: take the CPU defaults

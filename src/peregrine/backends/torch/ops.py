@@ -53,8 +53,11 @@ def lower_node(node: Node, options: CompileOptions) -> Lowered:
 
 
 def f64(value: Any) -> Tensor:
-    """A float64 tensor (a copy) of an attribute: lowerings' buffers."""
-    return torch.from_numpy(np.array(value, dtype=np.float64))
+    """A float64 tensor (a copy) of an attribute: lowerings' buffers. C-contiguous, in memory
+    torch allocates (64-byte aligned): MKL may pick kernels by operand layout and alignment, so a
+    program compiled from a model and one rebuilt from its artifact must hold their constants
+    the same way to compute the same bits."""
+    return torch.from_numpy(np.array(value, dtype=np.float64, order="C")).clone()
 
 
 # --------------------------------------------------------------------------------- ops --

@@ -8,13 +8,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from peregrine.backends.torch.ops import Lowered, lowering
+from peregrine.backends.torch.ops import Lowered, f64, lowering
 from peregrine.ir import Node, Op
 from peregrine.options import CompileOptions
-
-
-def _f64(value: Any) -> Tensor:
-    return torch.from_numpy(np.array(value, dtype=np.float64))
 
 
 def _i64(value: Any) -> Tensor:
@@ -24,8 +20,8 @@ def _i64(value: Any) -> Tensor:
 class Linear(nn.Module):
     def __init__(self, weight: Any, bias: Any) -> None:
         super().__init__()
-        self.register_buffer("weight", _f64(weight))
-        self.register_buffer("bias", _f64(bias))
+        self.register_buffer("weight", f64(weight))
+        self.register_buffer("bias", f64(bias))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         # the product's fresh result takes the bias in place (x @ W, then + b: the rule's order)
@@ -49,8 +45,8 @@ class Concat(nn.Module):
 class CenterScale(nn.Module):
     def __init__(self, center: Any, scale: Any) -> None:
         super().__init__()
-        self.register_buffer("center", _f64(center))
-        self.register_buffer("scale", _f64(scale))
+        self.register_buffer("center", f64(center))
+        self.register_buffer("scale", f64(scale))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         x = xs[0]
@@ -107,7 +103,7 @@ class Binarize(nn.Module):
 class Impute(nn.Module):
     def __init__(self, values: Any, missing: float) -> None:
         super().__init__()
-        self.register_buffer("values", _f64(values))
+        self.register_buffer("values", f64(values))
         self.missing = float(missing)
         self.is_nan = bool(np.isnan(missing))
 
@@ -126,8 +122,8 @@ def _category_table(columns: Any, categories: Any, per_cat: Any, fill: float):
         cat += cats.tolist()
         val += np.asarray(vals, dtype=np.float64).tolist()
     if not col:  # keep buffers non-empty shaped
-        return _i64([]), _f64(np.zeros(0)), _f64(np.zeros(0))
-    return _i64(col), _f64(cat), _f64(val)
+        return _i64([]), f64(np.zeros(0)), f64(np.zeros(0))
+    return _i64(col), f64(cat), f64(val)
 
 
 class OneHot(nn.Module):
@@ -212,10 +208,10 @@ class CategoryMap(nn.Module):
             codes[i, : len(c)] = np.asarray(k, dtype=np.float64)
             valid[i, : len(c)] = True
         self.register_buffer("columns", _i64(a["columns"]))
-        self.register_buffer("table", _f64(table))
-        self.register_buffer("codes", _f64(codes))
+        self.register_buffer("table", f64(table))
+        self.register_buffer("codes", f64(codes))
         self.register_buffer("valid", torch.from_numpy(valid))
-        self.register_buffer("unknown", _f64(np.asarray(a["unknown"], dtype=np.float64)))
+        self.register_buffer("unknown", f64(np.asarray(a["unknown"], dtype=np.float64)))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         x = xs[0].to(torch.float64)
