@@ -116,13 +116,13 @@ def test_roundtrip_predicts_identically(name, backend, tmp_path):
     # difference is never taken for rounding
     assert _plan(loaded) == _plan(compiled)
     for method, (got, want) in results.items():
-        assert got.dtype == want.dtype
+        assert got.dtype == want.dtype, method
         # Bit-identical by construction, BLAS calls (kpca, svc, knn, voting) included: the same
         # plan holds its constants in the same layout (C-contiguous IR arrays, torch-allocated
         # buffers), so each MKL/oneDNN call gets the same operands, shapes and thread count.
         # (A transposed weight in the compiled program made KernelPCA's GEMM differ by 4e-16
         # on AMD Zen 4 before IR arrays were made C-contiguous.)
-        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, want, err_msg=method)
 
 
 def _plan(compiled):
