@@ -13,12 +13,14 @@ from peregrine.errors import (
     NotFittedError,
     PeregrineError,
     UnsupportedModelError,
+    ValidationError,
 )
 from peregrine.options import CompileOptions, Precision, TreeStrategy
 from peregrine.runtime.compiled import CompiledModel
 
 __all__ = [
     "ArtifactError", "CompileOptions", "CompiledModel", "InputError", "NotFittedError",
-    "PeregrineError", "Precision", "TreeStrategy", "UnsupportedModelError", "__version__",
+    "PeregrineError", "Precision", "TreeStrategy", "UnsupportedModelError", "ValidationError",
+    "__version__",
     "compile", "load", "supported_models",
 ]  # fmt: skip

@@ -39,13 +39,20 @@ def compile(  # noqa: A001 - the public name users expect
         A :class:`CompileOptions`; defaults are exact and pick strategies automatically.
     sample_input:
         Representative rows; used to check the input contract early and, where a backend tunes,
-        to measure candidate strategies on the user's own data.
+        to measure candidate strategies on the user's own data. With
+        ``CompileOptions(validate=True)`` every method is run on them through the source model
+        and the compiled program, and a difference raises :class:`peregrine.ValidationError`.
     """
     options = options or CompileOptions()
     if not isinstance(options, CompileOptions):
         raise TypeError(f"options must be a peregrine.CompileOptions, got {type(options).__name__}")
     if not isinstance(backend, str):
         raise UnsupportedModelError(f"backend must be a string, got {type(backend).__name__}")
+    if options.validate and sample_input is None:
+        raise InputError(
+            "CompileOptions(validate=True) needs sample_input: representative rows to run "
+            "through both the source model and the compiled program"
+        )
     spec = convert(model)
     spec = dataclasses.replace(spec, graph=run_passes(spec.graph))
     if backend == "auto":
@@ -66,7 +73,12 @@ def compile(  # noqa: A001 - the public name users expect
         )
     if rows is not None and not isinstance(rows, np.ndarray):  # a tensor kept as one
         rows = rows.detach().cpu().numpy()
-    return build(spec, backend, options, device, sample=rows)
+    compiled = build(spec, backend, options, device, sample=rows)
+    if options.validate:
+        from peregrine.runtime.validate import validate
+
+        compiled.validation = validate(compiled, model, sample_input)
+    return compiled
 
 
 def load(path: str | os.PathLike, *, backend: str | None = None,
@@ -89,7 +101,12 @@ def load(path: str | os.PathLike, *, backend: str | None = None,
     saved = body.get("backend_state") if chosen == body["backend"] else None
     if saved is not None and not isinstance(saved, dict):
         raise ArtifactError(f"{path}: stored backend state is not an object")
-    return build(spec, chosen, options, device or body["device"], content_hash, saved=saved)
+    validation = body.get("validation")  # absent unless validated (and before it existed)
+    if validation is not None and not isinstance(validation, dict):
+        raise ArtifactError(f"{path}: stored validation report is not an object")
+    compiled = build(spec, chosen, options, device or body["device"], content_hash, saved=saved)
+    compiled.validation = validation
+    return compiled
 
 
 def supported_models() -> list[dict[str, Any]]:

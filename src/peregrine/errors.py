@@ -25,3 +25,34 @@ class ArtifactError(PeregrineError):
 
 class NotFittedError(UnsupportedModelError):
     """The model handed to :func:`peregrine.compile` has not been fitted."""
+
+
+class ValidationError(PeregrineError):
+    """Compile-time validation (``CompileOptions(validate=True)``) found the compiled program
+    answering differently from the source library on the sample rows.
+
+    The message names the method, the worst sample row and column, both values and the
+    tolerance; the same facts are attributes (``None`` where they do not apply, e.g. a shape
+    or dtype mismatch, or a 1-D output's column).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        method: str | None = None,
+        row: int | None = None,
+        column: int | tuple[int, ...] | None = None,
+        compiled: object = None,
+        source: object = None,
+        rtol: float | None = None,
+        atol: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.method = method
+        self.row = row
+        self.column = column
+        self.compiled = compiled
+        self.source = source
+        self.rtol = rtol
+        self.atol = atol

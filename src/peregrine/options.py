@@ -56,6 +56,12 @@ class CompileOptions:
         ops (scalers, linear models, links, normalizers...) run as one LLVM kernel that reads
         each row once (``backends/native/rowwise.py``); False keeps the op-by-op program
         (torch ops; NumPy rules on the native backend).
+    validate:
+        At compile time, run every method on ``sample_input`` through the source library and the
+        compiled program and raise :class:`peregrine.ValidationError` where they differ
+        (``runtime/validate.py``); ``explain()`` then reports the largest deviation seen. Off by
+        default (it calls the source model); needs ``sample_input``. Saved artifacts keep the
+        report; ``peregrine.load`` has no source model and does not validate again.
     """
 
     tree_strategy: TreeStrategy = TreeStrategy.AUTO
@@ -65,6 +71,7 @@ class CompileOptions:
     schedule: Any = None
     validate_input: bool = True
     fused_kernels: bool = True
+    validate: bool = False
 
     def __post_init__(self) -> None:
         # Accept the enum's string value too, so CLI and JSON round-trips stay simple.
@@ -77,6 +84,10 @@ class CompileOptions:
         if not isinstance(self.fused_kernels, bool):  # "no" would be truthy
             raise ValueError(
                 f"CompileOptions.fused_kernels must be True or False, got {self.fused_kernels!r}")
+        if not isinstance(self.validate, bool):
+            raise ValueError(
+                f"CompileOptions.validate must be True or False, got {self.validate!r}"
+            )
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"CompileOptions.batch_size must be >= 1, got {self.batch_size}")
 
@@ -95,6 +106,7 @@ class CompileOptions:
             "schedule": schedule,
             "validate_input": self.validate_input,
             "fused_kernels": self.fused_kernels,
+            "validate": self.validate,
         }
 
     @classmethod
@@ -107,4 +119,5 @@ class CompileOptions:
             schedule=data.get("schedule"),
             validate_input=bool(data.get("validate_input", True)),
             fused_kernels=bool(data.get("fused_kernels", True)),
+            validate=bool(data.get("validate", False)),  # absent before validation existed
         )

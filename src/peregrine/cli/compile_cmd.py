@@ -6,7 +6,7 @@ import argparse
 import os
 import time
 
-from peregrine.cli._common import atomic_output, human_bytes, positive_int, spinner
+from peregrine.cli._common import CLIError, atomic_output, human_bytes, positive_int, spinner
 from peregrine.options import Precision, TreeStrategy
 
 HELP = "compile a saved model file (XGBoost JSON/UBJSON, LightGBM text, sklearn pickle)"
@@ -58,6 +58,12 @@ def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
         "now and lets backends that tune measure on it",
     )
     p.add_argument(
+        "--validate",
+        action="store_true",
+        help="run every method on the --sample rows through the source library and the "
+        "compiled program and fail if they differ (rtol 1e-5, atol 1e-6; labels exactly)",
+    )
+    p.add_argument(
         "--strategy",
         choices=[s.value for s in TreeStrategy],
         default="auto",
@@ -93,12 +99,18 @@ def run(args: argparse.Namespace) -> int:
     from peregrine.cli.model_files import load_model
     from peregrine.options import CompileOptions
 
+    if args.validate and not args.sample:
+        raise CLIError(
+            "--validate needs --sample DATA: the rows to compare the compiled "
+            "program with the source library on"
+        )
     loaded = load_model(args.model, allow_pickle=args.allow_pickle)
     options = CompileOptions(
         tree_strategy=args.strategy,
         precision=args.precision,
         n_threads=args.threads,
         batch_size=args.batch_size,
+        validate=args.validate,
     )
     sample = _read_sample(args, loaded.model) if args.sample else None
     start = time.perf_counter()

@@ -105,8 +105,9 @@ class _Reader:
 
 def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
                   options: dict[str, Any], backend_state: dict[str, Any] | None,
-                  versions: dict[str, str]) -> str:
-    """Write the artifact; returns its content hash."""
+                  versions: dict[str, str], validation: dict[str, Any] | None = None) -> str:
+    """Write the artifact; returns its content hash. ``validation``: the compile-time
+    validation report (JSON-able), stored only when there is one (older readers ignore it)."""
     w = _Writer()
     graph = {
         "nodes": [
@@ -146,6 +147,8 @@ def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
             "versions": spec.versions,
         },
     }
+    if validation is not None:
+        body["validation"] = validation
     hashes = {name: hashlib.sha256(data).hexdigest() for name, data in w.files.items()}
     body["files"] = hashes
     body_bytes = json.dumps(body, sort_keys=True).encode()

@@ -77,6 +77,9 @@ class CompiledModel:
         self._device = device
         self._n_features = spec.n_features
         self._fast: dict[str, Any] = {}  # method -> online fast path, or False for none
+        # CompileOptions(validate=True): the largest deviations from the source seen on the
+        # sample rows (runtime/validate.py); kept in saved artifacts. None: not validated.
+        self.validation: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ public surface --
     @property
@@ -113,6 +116,7 @@ class CompiledModel:
             if isinstance(val, dict):
                 val = json.dumps(val, default=str)
             lines.append(f"  {key}: {val}")
+        lines.append(f"  validation: {_validation_line(info['validation'])}")
         return "\n".join(lines)
 
     def explain_dict(self) -> dict[str, Any]:
@@ -124,6 +128,7 @@ class CompiledModel:
             "n_features": self.spec.n_features,
             "options": self.options.to_json(),
             "backend_choices": self._exec.explain(),
+            "validation": self.validation or "not validated",
         }
 
     def to(self, device: str) -> CompiledModel:
@@ -143,7 +148,7 @@ class CompiledModel:
             path, self.spec, backend=self.backend, device=self._device,
             options=self.options.to_json(),
             backend_state=state() if callable(state) else None,
-            versions={"peregrine": __version__},
+            versions={"peregrine": __version__}, validation=self.validation,
         )
         return self.content_hash
 
@@ -239,6 +244,21 @@ class CompiledModel:
                 value = None if np.isnan(value) or value == 0 else cats[int(value)]
             where = f" in column {names[src] if names else src!r} (value {value!r})"
         raise InputError(f"{self.spec.source}: row {r}{where}: {what}")
+
+
+def _validation_line(report: Any) -> str:
+    if not isinstance(report, dict):
+        return "not validated"
+    parts = []
+    for name, dev in report.get("methods", {}).items():
+        if dev.get("exact"):
+            parts.append(f"{name} equal")
+        else:
+            parts.append(f"{name} max |diff| {dev.get('max_abs', 0.0):.3g}, "
+                         f"max rel {dev.get('max_rel', 0.0):.3g}")
+    where = f"{report.get('backend')} on {report.get('device')}"
+    return (f"against the source on {report.get('rows')} sample rows ({where}; rtol "
+            f"{report.get('rtol')}, atol {report.get('atol')}): " + "; ".join(parts))
 
 
 def build(spec: ModelSpec, backend: str, options: CompileOptions, device: str,
