@@ -77,15 +77,22 @@ def forest_predict(forest: Forest, X: np.ndarray, precision: Precision = Precisi
     """Aggregated ensemble output (n_rows, n_outputs) in float64."""
     leaves = forest_leaves(forest, X, precision)
     n = leaves.shape[0]
-    out = np.zeros((n, forest.n_outputs), dtype=np.float64)
+    # the library's own sum: its dtype, trees in order, from the base score for boosting
+    # (Forest.sum_dtype, Forest.sum_starts_at_base): bit for bit, not just within a tolerance
+    dt = np.float32 if precision is Precision.FLOAT32 else forest.sum_dtype
+    out = np.zeros((n, forest.n_outputs), dtype=dt)
+    if forest.sum_starts_at_base:
+        out += forest.base_score.astype(dt)
+    value = forest.value.astype(dt)
     if forest.value_width == forest.n_outputs:
         for t in range(forest.n_trees):  # tree order, as the libraries accumulate
-            out += forest.value[leaves[:, t]]
+            out += value[leaves[:, t]]
     else:
         for t in range(forest.n_trees):
-            out[:, forest.tree_group[t]] += forest.value[leaves[:, t], 0]
-    out /= forest.output_divisor()
-    return out + forest.base_score
+            out[:, forest.tree_group[t]] += value[leaves[:, t], 0]
+    if forest.sum_starts_at_base:
+        return out.astype(np.float64)
+    return out.astype(np.float64) / forest.output_divisor() + forest.base_score
 
 
 # ------------------------------------------------------------------------- op rules -------

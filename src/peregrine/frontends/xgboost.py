@@ -242,6 +242,7 @@ def parse_booster(booster: Booster, model: Any, iteration_end: int = 0) -> Parse
         **arrays, **cat, n_features=n_features, n_outputs=n_outputs,
         tree_group=np.zeros(len(groups)) if vector_leaf else groups,
         base_score=margin, comparison=Comparison.LT, input_dtype=np.dtype(np.float32),
+        sum_dtype=np.dtype(np.float32),  # cpu_predictor: float preds += leaf, tree by tree
     )
     names = learner.get("feature_names") or None
     return Parsed(

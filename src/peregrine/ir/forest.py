@@ -21,6 +21,7 @@ from __future__ import annotations
 import enum
 import functools
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -58,6 +59,11 @@ class Forest:
     # dtype the library casts inputs to before comparing (float32: sklearn trees, XGBoost)
     input_dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float64))
     aggregation: Aggregation = Aggregation.SUM
+    # dtype the library sums leaf values in (float32: XGBoost's CPU predictor; float64: the
+    # others). The order is every library's: row by row, trees in order; a SUM starts from
+    # base_score (XGBoost's base margin, sklearn's init / baseline prediction), an AVERAGE
+    # starts from zero, is divided, then offset by base_score. See ``sum_starts_at_base``.
+    sum_dtype: np.dtype = field(default_factory=lambda: np.dtype(np.float64))
     # --- optional semantics ---------------------------------------------------------------
     missing_zero: np.ndarray | None = None  # bool [n_nodes]; LightGBM zero-as-missing nodes
     cat_index: np.ndarray | None = None  # int32 [n_nodes]; row in cat_bitsets or -1
@@ -111,6 +117,13 @@ class Forest:
             depth[kids_r] = new
         return depth
 
+    @property
+    def sum_starts_at_base(self) -> bool:
+        """Boosting libraries add leaf values onto the base score (XGBoost ``PredictBatch``
+        starts from the base margin, sklearn's ``predict_stages`` from ``_raw_predict_init``);
+        averaging forests sum from zero, divide, then add the (zero) base."""
+        return self.aggregation is Aggregation.SUM
+
     def tree_depths(self) -> np.ndarray:
         """Depth (edges on the longest root-to-leaf path) of every tree."""
         out = np.zeros(self.n_trees, dtype=np.int64)
@@ -159,6 +172,10 @@ class Forest:
     def validate(self) -> None:
         """Structural checks; raises ValueError naming the first inconsistency."""
         n = self.n_nodes
+        _sum_dtype(np.dtype(self.sum_dtype).name)
+        if self.sum_dtype == np.float32 and np.any(
+                self.value.astype(np.float32).astype(np.float64) != self.value):
+            raise ValueError("Forest summed in float32 has leaf values that are not float32")
         for name in ("feature", "threshold", "left", "right", "nan_left"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"Forest.{name} has {len(getattr(self, name))} entries, need {n}")
@@ -208,6 +225,7 @@ class Forest:
             "comparison": self.comparison.value,
             "input_dtype": np.dtype(self.input_dtype).name,
             "aggregation": self.aggregation.value,
+            "sum_dtype": np.dtype(self.sum_dtype).name,
             "cat_negative_before_trunc": self.cat_negative_before_trunc,
         }
         return meta, arrays
@@ -220,11 +238,18 @@ class Forest:
             comparison=Comparison(meta["comparison"]),
             input_dtype=np.dtype(meta["input_dtype"]),
             aggregation=Aggregation(meta["aggregation"]),
+            sum_dtype=_sum_dtype(meta.get("sum_dtype", "float64")),
             cat_negative_before_trunc=bool(meta["cat_negative_before_trunc"]),
             **{k: arrays.get(k) for k in cls.ARRAY_FIELDS},  # type: ignore[arg-type]
         )
         forest.validate()
         return forest
+
+
+def _sum_dtype(name: Any) -> np.dtype:
+    if name not in ("float32", "float64", np.float32, np.float64):
+        raise ValueError(f"Forest sum_dtype must be float32 or float64, got {name!r}")
+    return np.dtype(name)
 
 
 def make_forest(

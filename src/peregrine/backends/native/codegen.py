@@ -65,6 +65,8 @@ class KernelSpec:
     n_outputs: int
     value_width: int
     average: bool
+    sum_dtype: str  # what leaf values are summed in (the library's: float32 for XGBoost)
+    base_first: bool  # the sum starts from the base score (boosting) instead of zero
     has_nan: bool
     has_missing_zero: bool
     has_categorical: bool
@@ -108,6 +110,7 @@ class _Kernel(Walks):
         self.loops = Loops(b, entry)
         self.xt, self.ct, self.lt = (FLOATS[spec.x_dtype], FLOATS[spec.cmp_dtype],
                                      FLOATS[spec.leaf_dtype])
+        self.st = FLOATS[spec.sum_dtype]
         args = {}
         for slot, name in enumerate(ARGS):
             word = b.load(gep(b, fn.args[0], [ir.Constant(I64, slot)], source_etype=I64), typ=I64)
@@ -123,7 +126,11 @@ class _Kernel(Walks):
             self.d[name] = word if name in SCALARS else b.inttoptr(word, PTR)
         self.nf = b.trunc(self.d["n_features"], I32)
         K = spec.interleave
-        self.acc = self.loops.var(ir.ArrayType(self.v.ty(F64), spec.n_outputs * K), name="acc")
+        # row lanes: one vector of running sums per (output, walk), a row per lane; tree lanes:
+        # one scalar running sum per output, the lanes' leaf values folded into it in tree order
+        self.acc = self.loops.var(ir.ArrayType(self.v.ty(self.st), spec.n_outputs * K),
+                                  name="acc")
+        self.acc1 = self.loops.var(ir.ArrayType(self.st, spec.n_outputs), name="acc1")
         self.by_rows = spec.lanes == "rows"
         self.cache_rows = spec.cache_rows and spec.vector_width > 1 and self.by_rows
         if self.cache_rows:  # the row tile, transposed to [block][walk][feature][lane]
@@ -231,9 +238,10 @@ class _Kernel(Walks):
             for c in range(s.n_outputs):
                 with b.if_else(first) as (zero, resume):
                     with zero:
-                        b.store(v.const(F64, 0.0), self.acc_ptr(c, k))
-                    with resume:
-                        b.store(self.load_out(ptrs[k][c], masks[k]), self.acc_ptr(c, k))
+                        b.store(v.splat(self.start_value(c, t0)), self.acc_ptr(c, k))
+                    with resume:  # a tree tile's partial sums, stored in float64: exact
+                        b.store(self.to_sum(self.load_out(ptrs[k][c], masks[k])),
+                                self.acc_ptr(c, k))
         self.loops.range(t0, t1, ir.Constant(I64, 1), self.tree, "tree")
         with b.if_else(self.finalizing(t1)) as (final, partial):
             with final:
@@ -241,7 +249,8 @@ class _Kernel(Walks):
             with partial:  # raw sums for the next tree tile
                 for k in range(K):
                     for c in range(s.n_outputs):
-                        self.store_out(b.load(self.acc_ptr(c, k), typ=v.ty(F64)), ptrs[k][c],
+                        self.store_out(self.widen(b.load(self.acc_ptr(c, k),
+                                                         typ=v.ty(self.st))), ptrs[k][c],
                                        masks[k])
 
     def finish_block(self, r: ir.Value, masks: list) -> None:
@@ -253,10 +262,12 @@ class _Kernel(Walks):
         for c in range(n):
             div, base = self.output_scale(c)
             for k in range(K):
-                a = b.load(self.acc_ptr(c, k), typ=v.ty(F64))
+                a = self.widen(b.load(self.acc_ptr(c, k), typ=v.ty(self.st)))
                 if s.average:
                     a = b.fdiv(a, v.splat(div))
-                b.store(b.fadd(a, v.splat(base)), self.slot(done, c * K + k))
+                if not s.base_first:
+                    a = b.fadd(a, v.splat(base))
+                b.store(a, self.slot(done, c * K + k))
         nvalid = b.trunc(imin(b, ir.Constant(I64, V * K), b.sub(self.re, r)), I32)
 
         def group(k):
@@ -335,9 +346,8 @@ class _Kernel(Walks):
         K, V = s.interleave, s.vector_width
         self.xrow = gep(b, self.X, [b.mul(r, self.stride)], source_etype=self.xt)
         self.x_regs = self.row_registers()
-        for k in range(K):
-            for c in range(s.n_outputs):
-                b.store(v.const(F64, 0.0), self.acc_ptr(c, k))
+        for c in range(s.n_outputs):
+            b.store(self.start_value(c, self.tb), self.acc1_ptr(c))
         t1 = b.trunc(self.te, I32)
 
         def trees(tv):
@@ -364,20 +374,14 @@ class _Kernel(Walks):
                 self.accumulate(k, slot, valid, col)
 
         self.loops.range(self.tb, self.te, ir.Constant(I64, V * K), trees, "trees")
-        totals = []
-        for c in range(s.n_outputs):
-            total = None
-            for k in range(K):
-                part = v.sum(b.load(self.acc_ptr(c, k), typ=v.ty(F64)))
-                total = part if total is None else b.fadd(total, part)
-            totals.append(total)
+        totals = [self.widen(b.load(self.acc1_ptr(c), typ=self.st)) for c in range(s.n_outputs)]
         rows = r
         with b.if_else(self.finalizing(self.te)) as (final, partial):
             with final:
                 for c, total in enumerate(totals):
                     div, base = self.output_scale(c)
                     scaled = b.fdiv(total, div) if s.average else total
-                    self.epi.put(c, b.fadd(scaled, base))
+                    self.epi.put(c, scaled if s.base_first else b.fadd(scaled, base))
                 width = self.epi.run(self.program, s.n_outputs)
                 self.loops.range(ir.Constant(I64, 0), b.zext(width, I64), ir.Constant(I64, 1),
                                  lambda c: b.store(self.epi.get(b.trunc(c, I32)),
@@ -417,22 +421,58 @@ class _Kernel(Walks):
         s, b, v = self.spec, self.b, self.v
         W = s.value_width
         base = b.mul(slot, v.const(I32, W)) if W > 1 else slot
+        # -0.0 is the neutral value: x + -0.0 == x for every x, -0.0 included
+        neutral = v.const(self.st, -0.0)
         for j in range(W):
             val = v.gather(self.d["leaf"], self.lt, b.add(base, v.const(I32, j)) if j else base)
-            if self.lt is not F64:
-                val = b.fpext(val, v.ty(F64))
+            val = self.to_sum(val)
             if valid is not None:
-                val = b.select(valid, val, v.const(F64, 0.0))
+                val = b.select(valid, val, neutral)
             if col is None:
                 targets = [(j, val)]
             elif isinstance(col.type, ir.VectorType):  # tree lanes: each lane its own column
                 targets = [(c, b.select(b.icmp_signed("==", col, v.const(I32, c)), val,
-                                        v.const(F64, 0.0))) for c in range(s.n_outputs)]
+                                        neutral)) for c in range(s.n_outputs)]
             else:
                 targets = [(col, val)]
             for c, x in targets:
-                p = self.acc_ptr(c, k)
-                b.store(b.fadd(b.load(p, typ=v.ty(F64)), x), p)
+                if self.by_rows:  # a row per lane: add this tree's leaf values
+                    p = self.acc_ptr(c, k)
+                    b.store(b.fadd(b.load(p, typ=v.ty(self.st)), x), p)
+                else:  # a tree per lane: fold them in tree order (lane k*V + i is tree i)
+                    p = self.acc1_ptr(c)
+                    b.store(v.fold(b.load(p, typ=self.st), x), p)
+
+    def acc1_ptr(self, c: ir.Value | int) -> ir.Value:
+        i = ir.Constant(I32, c) if isinstance(c, int) else c
+        return gep(self.b, self.acc1, [ir.Constant(I32, 0), i],
+                   source_etype=self.acc1.allocated_type)
+
+    def start_value(self, c: int, t0: ir.Value) -> ir.Value:
+        """What output c's sum starts from: the base score when the library's sum does and
+        these are the first trees (a later tree range starts from zero), else zero."""
+        b, zero = self.b, ir.Constant(self.st, 0.0)
+        if not self.spec.base_first:
+            return zero
+        base = b.load(gep(b, self.d["base"], [ir.Constant(I32, c)], source_etype=F64), typ=F64)
+        if self.st is not F64:
+            base = b.fptrunc(base, self.st)  # a float32 base margin: exact
+        return b.select(b.icmp_signed("==", t0, ir.Constant(t0.type, 0)), base, zero)
+
+    def to_sum(self, x: ir.Value) -> ir.Value:
+        """A leaf value (or a stored partial sum) in the sum dtype: exact (a float32 sum only
+        ever holds float32 values, Forest.validate checks the leaves)."""
+        elem = x.type.element if isinstance(x.type, ir.VectorType) else x.type
+        if elem is self.st:
+            return x
+        ty = self.v.ty(self.st) if isinstance(x.type, ir.VectorType) else self.st
+        return (self.b.fptrunc if elem is F64 else self.b.fpext)(x, ty)
+
+    def widen(self, x: ir.Value) -> ir.Value:
+        if self.st is F64:
+            return x
+        ty = ir.VectorType(F64, x.type.count) if isinstance(x.type, ir.VectorType) else F64
+        return self.b.fpext(x, ty)
 
     def acc_ptr(self, c: ir.Value | int, k: int) -> ir.Value:
         K = self.spec.interleave

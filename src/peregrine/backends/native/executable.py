@@ -84,6 +84,8 @@ def kernel_spec(packed: PackedForest, schedule: Schedule, x_dtype: np.dtype,
         n_outputs=packed.n_outputs,
         value_width=packed.value_width,
         average=packed.average,
+        sum_dtype=packed.sum_dtype.name,
+        base_first=packed.base_first,
         has_nan=packed.has_nan,
         has_missing_zero=packed.has_missing_zero,
         has_categorical=packed.has_categorical,
@@ -199,7 +201,7 @@ class ForestProgram:
         stride = X.strides[0] // X.itemsize if n > 1 else X.shape[1]
         block = self.schedule.block_rows
         parallel = threads > 1 and n * self.n_trees >= PARALLEL_MIN_WORK
-        if parallel and (self.schedule.parallel is Parallel.TREES or n < 2 * block):
+        if parallel and self.splits_trees(v):
             return None
         if out_dtype == FLOAT64:  # the kernel writes the result itself
             out = np.empty((n, max(width, self.n_outputs)), np.float64)
@@ -211,7 +213,8 @@ class ForestProgram:
             run(0, n)
         else:
             chunk = -(-n // threads)
-            chunk = -(-chunk // block) * block  # whole SIMD blocks per thread
+            if n >= 2 * block:  # whole SIMD blocks per thread; fewer rows: masked blocks
+                chunk = -(-chunk // block) * block
             jobs = [_pool(threads).submit(run, s, min(s + chunk, n))
                     for s in range(chunk, n, chunk)]
             run(0, min(chunk, n))
@@ -237,17 +240,38 @@ class ForestProgram:
             self._run(v, base, 0, e - s, 0, self.n_trees, 1)
             out[s:e] = buf[:e - s, :width]
 
+    def splits_trees(self, v: _Variant) -> bool:
+        """Threads take tree ranges into private sums (Treebeard's privatised reduction) only
+        when a schedule asks for it explicitly and the sum is float64: adding the partial sums
+        reassociates the library's sequential sum (the last bits in float64; far more in
+        float32, where it is never done). Otherwise threads take row ranges."""
+        return self.schedule.parallel is Parallel.TREES and v.packed.sum_dtype == FLOAT64
+
     def raw(self, X: np.ndarray, n_threads: int | None = None) -> np.ndarray:
-        """sum / divisor + base without the epilogue, trees split over threads (Treebeard's
-        privatised reduction): each thread sums its trees into its own buffer."""
+        """sum / divisor + base without the epilogue; threads take row ranges, or tree ranges
+        into private sums (``splits_trees``)."""
         cmp = self.cmp_dtype(X.dtype)
         X = np.ascontiguousarray(X, dtype=cmp)
         n, T = X.shape[0], self.n_trees
         v = self.variant(cmp)
         threads = max(1, min(self.n_threads if n_threads is None else n_threads, T))
+        no_ops = epilogue.encode([], 1)[0]  # never run (fin=0) but kept alive while pointed at
+        if not self.splits_trees(v):
+            out = np.zeros((n, self.n_outputs))
+            if T and n:
+                base = self._args(X.ctypes.data, X.shape[1], out, no_ops)
+                bounds = np.linspace(0, n, min(threads, n) + 1).astype(int)
+                jobs = [_pool(threads).submit(self._run, v, base, int(bounds[i]),
+                                              int(bounds[i + 1]), 0, T, 0)
+                        for i in range(1, len(bounds) - 1)]
+                self._run(v, base, int(bounds[0]), int(bounds[1]), 0, T, 0)
+                for j in jobs:
+                    j.result()
+            elif v.packed.base_first:
+                out += v.packed.base
+            return self._finish_raw(v, out)
         bounds = np.linspace(0, T, threads + 1).astype(int)
         parts = [np.zeros((n, self.n_outputs)) for _ in range(threads)]
-        no_ops = epilogue.encode([], 1)[0]  # never run (fin=0) but kept alive while pointed at
         if T and n:
             bases = [self._args(X.ctypes.data, X.shape[1], p, no_ops) for p in parts]
             jobs = [_pool(threads).submit(self._run, v, bases[i], 0, n, int(bounds[i]),
@@ -258,9 +282,16 @@ class ForestProgram:
         out = parts[0]
         for p in parts[1:]:
             out += p
+        if v.packed.base_first and not (T and n):
+            out += v.packed.base
+        return self._finish_raw(v, out)
+
+    @staticmethod
+    def _finish_raw(v: _Variant, out: np.ndarray) -> np.ndarray:
+        """The kernels' raw sums (fin=0) hold the base already when the sum starts from it."""
         if v.packed.average:
             out /= v.packed.divisor
-        return out + v.packed.base
+        return out if v.packed.base_first else out + v.packed.base
 
     def _args(self, x_ptr: int, stride: int, out: np.ndarray, program: np.ndarray) -> list:
         base = [0] * len(ARGS)

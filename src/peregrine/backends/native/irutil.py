@@ -129,6 +129,15 @@ class Lanes:
                               [ir.Constant(F64, -0.0), x])
 
 
+    def fold(self, start: ir.Value, x: ir.Value) -> ir.Value:
+        """``start + x[0] + x[1] + ...``, one lane after the other (a library's sequential sum
+        of the values the lanes hold: no reassociation, so the same bits on every target)."""
+        if self.w == 1:
+            return self.b.fadd(start, x)
+        elem = x.type.element
+        return self.intrinsic(f"llvm.vector.reduce.fadd.{self._suffix(elem)}", elem, [start, x])
+
+
 def align(elem: ir.Type) -> int:
     return {F32: 4, F64: 8, I32: 4, I8: 1, I64: 8}[elem]
 

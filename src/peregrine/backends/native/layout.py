@@ -46,6 +46,8 @@ class PackedForest:
     n_outputs: int
     value_width: int
     average: bool
+    sum_dtype: np.dtype  # the library's accumulation dtype (Forest.sum_dtype)
+    base_first: bool  # sums start from the base score (Forest.sum_starts_at_base)
     has_nan: bool
     has_missing_zero: bool
     has_categorical: bool
@@ -113,10 +115,11 @@ def pack(forest: Forest, schedule: Schedule, cmp_dtype: np.dtype) -> PackedFores
     words, thr = _node_words(forest, cmp_dtype)
     depths = forest.tree_depths().astype(np.int32)
     order = np.arange(forest.n_trees, dtype=np.int64)
-    if schedule.reorder_trees:
+    if schedule.reorder_trees and forest.sum_dtype == np.float64:
         # Treebeard's tree reordering: trees of equal depth side by side; grouped outputs keep
-        # their column's trees together too (sums are reassociated; float64 keeps them exact
-        # to ~1e-16 relative).
+        # their column's trees together too. The sum is then reassociated: no longer the
+        # library's bits (~1e-16 relative in float64), so only on request (Schedule default
+        # off), and never for float32 sums, where the order moves results by far more.
         order = np.lexsort((depths, forest.tree_group)) if forest.value_width == 1 else (
             np.argsort(depths, kind="stable"))
     pack_fn = _pack_perfect if layout is Layout.PERFECT else _pack_sparse
@@ -137,6 +140,8 @@ def pack(forest: Forest, schedule: Schedule, cmp_dtype: np.dtype) -> PackedFores
         n_outputs=forest.n_outputs,
         value_width=forest.value_width,
         average=forest.aggregation is Aggregation.AVERAGE,
+        sum_dtype=np.dtype(forest.sum_dtype),
+        base_first=forest.sum_starts_at_base,
         has_nan=bool(np.any(forest.nan_left & internal)),
         has_missing_zero=forest.has_missing_zero,
         has_categorical=has_cat,

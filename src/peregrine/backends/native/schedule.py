@@ -65,7 +65,8 @@ class Schedule:
     tree_tile: int = 0
     loop_order: LoopOrder = LoopOrder.ROWS_OUTER
     parallel: Parallel = Parallel.ROWS
-    reorder_trees: bool = True  # sort trees by depth (and by output group for grouped leaves)
+    # sort trees by depth (and output group): reassociates the sum, so off unless asked for
+    reorder_trees: bool = False
     cache_rows: bool = True  # copy each row tile, transposed, into a stack buffer (SIMD only)
     node_pairs: bool = False  # gather feature and float32 threshold as one 64-bit word
 
