@@ -1,5 +1,6 @@
 """Registries keyed by type. Registration sits next to the code it registers (a decorator);
-``lookup`` walks the class's MRO so user subclasses of a supported estimator are found."""
+``lookup`` walks the class's MRO so user subclasses of a supported estimator are found, and
+asks the registry's ``guard`` whether such a subclass may use its parent's entry."""
 
 from __future__ import annotations
 
@@ -17,9 +18,14 @@ class Entry(Generic[F]):
     info: dict[str, Any] = field(default_factory=dict)
 
 
+# guard(cls, registered): raises when ``cls`` must not use the entry of its parent ``registered``
+Guard = Callable[[type, type], None]
+
+
 class TypeRegistry(Generic[F]):
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, guard: Guard | None = None) -> None:
         self.what = what
+        self.guard = guard
         self._table: dict[type, Entry[F]] = {}
 
     def register(self, *keys: type, **info: Any) -> Callable[[F], F]:
@@ -36,6 +42,8 @@ class TypeRegistry(Generic[F]):
         for base in cls.__mro__:
             entry = self._table.get(base)
             if entry is not None:
+                if base is not cls and self.guard is not None:
+                    self.guard(cls, base)
                 return entry
         return None
 

@@ -57,8 +57,58 @@ class ModelSpec:
     versions: dict[str, str] = field(default_factory=dict)  # library versions at conversion
 
 
+# What a subclass may not redefine and still compile as its registered parent (issue #11): the
+# methods Peregrine reproduces, and the helpers the library's own versions of them call, read
+# from the predict/transform paths of scikit-learn 1.x, XGBoost and LightGBM (e.g.
+# LinearClassifierMixin.decision_function, _predict_proba_lr, BaseGradientBoosting._raw_predict,
+# _BaseNB._joint_log_likelihood, LGBMModel.booster_). A user class overriding ``__init__``,
+# ``fit`` or anything else compiles; one overriding these would answer differently than the
+# parent Peregrine compiles, so it is refused, naming the method.
+REPRODUCED_EXTRA = ("predict_joint_log_proba", "inverse_transform", "get_precision",
+                    "get_covariance", "get_support", "kneighbors", "get_booster", "booster_")
+REPRODUCED_HELPERS = (
+    "_decision_function", "_predict_proba_lr", "_joint_log_likelihood", "_linear_predictor",
+    "_raw_predict", "_raw_predict_init", "_predict_iterations", "_predict_proba",
+    "_compute_proba_from_decision", "_get_median_predict", "_forward_pass_fast", "_predict",
+    "_transform", "_score_samples", "_compute_score_samples", "_compute_chunked_score_samples",
+    "_dense_decision_function", "_sparse_decision_function", "_compute_kernel", "_get_kernel",
+    "_unnormalized_transform", "_e_step", "_fit_transform", "_solve_W", "_get_support_mask",
+    "_transform_col", "_transform_X_ordinal", "_map_infrequent_categories", "_calc_impute",
+    "_get_missing_features_info", "_combinations", "_get_predictions", "_collect_probas",
+    "_concatenate_predictions", "_hstack", "_iter", "_final_estimator", "_get_iteration_range",
+    "_can_use_inplace_predict",
+)
+
+
+def _owner(cls: type, name: str) -> type | None:
+    """The class in ``cls``'s MRO whose own namespace defines ``name``, or None."""
+    return next((k for k in cls.__mro__ if name in vars(k)), None)
+
+
+def refuse_overrides(cls: type, registered: type) -> None:
+    """Raise UnsupportedModelError when ``cls`` (a subclass of the ``registered`` class whose
+    converter would compile it) resolves a reproduced method or helper to a different
+    definition than ``registered`` does: Peregrine would silently return the parent's answer.
+    Public methods count even where the parent lacks them (the compiled model would lack a
+    method the source has); a private helper only where the parent defines it (nothing in the
+    library calls a name it does not define)."""
+    for name in METHOD_NAMES + REPRODUCED_EXTRA + REPRODUCED_HELPERS:
+        theirs = _owner(registered, name)
+        if theirs is None and name.startswith("_"):
+            continue
+        mine = _owner(cls, name)
+        if mine is not theirs:
+            raise UnsupportedModelError(
+                f"{cls.__module__}.{cls.__qualname__} overrides {name}() of "
+                f"{registered.__module__.split('.')[0]}.{registered.__qualname__} (in "
+                f"{mine.__qualname__ if mine else '?'}); Peregrine reproduces only the "
+                f"library's own {name}, so it cannot compile this subclass. Compile an instance "
+                f"of {registered.__qualname__}, or a subclass that leaves {name} alone"
+            )
+
+
 Converter = Callable[[Any], ModelSpec]
-FRONTENDS: TypeRegistry[Converter] = TypeRegistry("frontend")
+FRONTENDS: TypeRegistry[Converter] = TypeRegistry("frontend", guard=refuse_overrides)
 
 
 def register_frontend(*classes: type, library: str, methods: tuple[str, ...], notes: str = ""):

@@ -51,6 +51,7 @@ from peregrine.frontends.base import (
     MethodSpec,
     ModelSpec,
     add_log_proba,
+    refuse_overrides,
     register_frontend,
     require_fitted,
     unsupported,
@@ -108,6 +109,9 @@ def _gb_baseline(model: Any) -> np.ndarray:
     _gb.py ``_init_raw_predictions``) on one row: exact, and X-independent for the init
     estimators accepted here (zero, DummyRegressor, DummyClassifier other than 'stratified')."""
     init = model.init_
+    for cls in (DummyClassifier, DummyRegressor):
+        if isinstance(init, cls):  # sklearn calls its predict(_proba) below: not overridden
+            refuse_overrides(type(init), cls)
     if isinstance(init, str):
         if init != "zero":
             raise unsupported(model, f"init={init!r}", "None, 'zero' or a Dummy estimator")

@@ -17,7 +17,13 @@ from sklearn.preprocessing import (
     StandardScaler,
 )
 
-from peregrine.frontends.base import MethodSpec, register_frontend, require_fitted, unsupported
+from peregrine.frontends.base import (
+    MethodSpec,
+    refuse_overrides,
+    register_frontend,
+    require_fitted,
+    unsupported,
+)
 from peregrine.frontends.meta_util import node_width, sub_head
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, register_head
@@ -31,6 +37,9 @@ def _inverse(model: Any, trans: Any, ctx: Context, node: str, width: int) -> str
         v = default if value is None else value
         return np.broadcast_to(np.asarray(v, dtype=np.float64), (width,)).copy()
 
+    for cls in (StandardScaler, RobustScaler, MaxAbsScaler, MinMaxScaler, FunctionTransformer):
+        if isinstance(trans, cls):  # matched by isinstance, not the registries: same guard
+            refuse_overrides(type(trans), cls)
     if isinstance(trans, StandardScaler):  # X *= scale_; X += mean_
         scale = per_col(trans.scale_ if trans.with_std else None, 1.0)
         shift = per_col(trans.mean_ if trans.with_mean else None, 0.0)

@@ -1,7 +1,8 @@
 """Pipeline steps: the registry that lets one fitted estimator build its ops on top of an
 existing graph node, so estimators compose (Pipeline, ColumnTransformer, FeatureUnion).
 
-Two registries, keyed by estimator class (``registry.TypeRegistry``, MRO lookup):
+Two registries, keyed by estimator class (``registry.TypeRegistry``, MRO lookup; a subclass
+that redefines a reproduced method is refused, ``base.refuse_overrides``):
 
 * ``STEPS``: transformers, ``convert_step(est, ctx, flow) -> Flow``.
 * ``HEADS``: final estimators, ``convert_head(est, ctx, flow) -> Head`` (the public methods).
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from peregrine.errors import UnsupportedModelError
-from peregrine.frontends.base import MethodSpec, qualified_name
+from peregrine.frontends.base import MethodSpec, qualified_name, refuse_overrides
 from peregrine.ir import GraphBuilder, Op
 from peregrine.registry import TypeRegistry
 
@@ -109,8 +110,8 @@ class Head:
 
 StepFn = Callable[[Any, Context, Flow], Flow]
 HeadFn = Callable[[Any, Context, Flow], Head]
-STEPS: TypeRegistry[StepFn] = TypeRegistry("pipeline step")
-HEADS: TypeRegistry[HeadFn] = TypeRegistry("pipeline head")
+STEPS: TypeRegistry[StepFn] = TypeRegistry("pipeline step", guard=refuse_overrides)
+HEADS: TypeRegistry[HeadFn] = TypeRegistry("pipeline head", guard=refuse_overrides)
 
 
 def register_step(*classes: type):
