@@ -80,6 +80,31 @@ REPRODUCED_HELPERS = (
 )
 
 
+# Methods among METHOD_NAMES that a supported class has and its compiled model does not, each
+# with the reason (issue #11: the compiled model has exactly the source's methods, or the
+# missing one is listed here). Keyed by (library.ClassName as ``qualified_name`` spells it,
+# method); an entry may hold for some parameters only (it says which).
+# tests/test_method_audit.py walks every supported class against this table.
+REFUSED_METHODS: dict[tuple[str, str], str] = {
+    ("sklearn.MultiOutputClassifier", "predict_proba"):
+        "scikit-learn returns a list of one (n, n_classes) array per output, and a compiled "
+        "method returns one array; compile each fitted member of estimators_ instead",
+    ("sklearn.LinearDiscriminantAnalysis", "transform"):
+        "only with solver='lsqr', where scikit-learn's own transform raises "
+        "NotImplementedError (solver 'svd' and 'eigen' are compiled)",
+}
+
+
+def refused_method(model: Any, method: str) -> str | None:
+    """Why ``method`` of ``model`` (or of the supported class it subclasses) is not compiled,
+    or None when it is not listed in REFUSED_METHODS."""
+    for cls in type(model).__mro__:
+        why = REFUSED_METHODS.get((f"{cls.__module__.split('.')[0]}.{cls.__qualname__}", method))
+        if why is not None:
+            return why
+    return None
+
+
 def _owner(cls: type, name: str) -> type | None:
     """The class in ``cls``'s MRO whose own namespace defines ``name``, or None."""
     return next((k for k in cls.__mro__ if name in vars(k)), None)

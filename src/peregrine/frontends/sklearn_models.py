@@ -15,7 +15,8 @@ of operations where rounding could matter:
   float64 (float32 input times float64 coefs_ promotes), relu = clip(x, 0, inf), tanh, logistic
   = expit; output softmax, or logistic with predict = (p > 0.5) (LabelBinarizer threshold).
 * PCA/IncrementalPCA (decomposition/_base.py ``transform``): (X @ C.T - mean @ C.T) / scale
-  with sqrt(explained_variance_) clamped to eps when whiten; TruncatedSVD: X @ C.T.
+  with sqrt(explained_variance_) clamped to eps when whiten; TruncatedSVD: X @ C.T. PCA's
+  score_samples: see ``head_pca``.
 * KMeans: transform = euclidean_distances, which sklearn computes expanded
   (sqrt(max(|x|^2 - 2 x.c + |c|^2, 0))), so we do too; predict = argmin(|c|^2 - 2 x.c) as its
   Cython _labels_inertia, i.e. argmax(2 x.c - |c|^2).
@@ -23,6 +24,7 @@ of operations where rounding could matter:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -221,6 +223,36 @@ def step_pca(est: Any, ctx: Context, flow: Flow) -> Flow:
     return _out(flow, node, comp.shape[0])
 
 
+@register_head(PCA)
+def head_pca(est: Any, ctx: Context, flow: Flow) -> Head:
+    """transform, and score_samples: the log-likelihood under the probabilistic PCA model
+    (decomposition/_pca.py ``score_samples``), in sklearn's order: Xr = X - mean_ (float64),
+    -0.5 * sum(Xr * (Xr @ P), axis=1) - 0.5 * (d log(2 pi) - fast_logdet(P)) with P =
+    ``get_precision()`` (read from the fitted state, as sklearn does each call). The row-wise
+    product is a POLYNOMIAL of degree 2 over [Xr, Xr @ P] (column k times column d + k), the
+    sum a LINEAR with weights -0.5 (exact scaling) and the constant as its bias."""
+    from sklearn.utils.extmath import fast_logdet
+
+    transform = step_pca(est, ctx, flow).node  # checks fitted state and input
+    source = est.get_precision()  # float32 when fitted on float32, as the constant below
+    precision = np.asarray(source, np.float64)
+    d = flow.width
+    xr = ctx.g.add(Op.CENTER_SCALE, (flow.node,), width=d,
+                   center=np.asarray(est.mean_, np.float64), scale=np.ones(d))
+    xp = _linear(ctx, xr, precision, 0.0)
+    both = ctx.g.add(Op.CONCAT, (xr, xp), width=2 * d)
+    powers = np.hstack([np.eye(d, dtype=np.int64), np.eye(d, dtype=np.int64)])
+    prod = ctx.g.add(Op.POLYNOMIAL, (both,), width=d, powers=powers)
+    const = float(0.5 * (d * math.log(2.0 * np.pi) - fast_logdet(source)))  # sklearn's types
+    ll = _linear(ctx, prod, np.full((d, 1), -0.5), -const)
+    # fitted on float32, sklearn computes in float32 for float32 input (float64 for float64)
+    dtype = "input" if np.asarray(est.mean_).dtype == np.float32 else "float64"
+    return Head({"transform": transform, "score_samples": ll},
+                {"transform": MethodSpec("transform", dtype=dtype),
+                 "score_samples": MethodSpec("score_samples", squeeze=True, dtype=dtype)},
+                allow_nan=True)
+
+
 @register_step(TruncatedSVD)
 def step_truncated_svd(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "components_")
@@ -342,7 +374,9 @@ register_frontend(LinearDiscriminantAnalysis, library="scikit-learn",
                   notes="binary and multiclass; transform for solver svd/eigen")(convert_single)
 register_frontend(MLPRegressor, library="scikit-learn", methods=("predict",),
                   notes="identity/logistic/tanh/relu")(convert_single)
-register_frontend(PCA, IncrementalPCA, TruncatedSVD, library="scikit-learn",
+register_frontend(PCA, library="scikit-learn", methods=("transform", "score_samples"),
+                  notes="whiten included")(convert_single)
+register_frontend(IncrementalPCA, TruncatedSVD, library="scikit-learn",
                   methods=("transform",), notes="whiten included")(convert_single)
 register_frontend(KMeans, MiniBatchKMeans, library="scikit-learn",
                   methods=("predict", "transform"), notes="")(convert_single)
