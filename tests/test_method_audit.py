@@ -16,7 +16,8 @@ from sklearn.base import is_classifier, is_regressor
 import peregrine
 from peregrine.errors import UnsupportedModelError
 from peregrine.frontends import FRONTENDS, load_all
-from peregrine.frontends.base import METHOD_NAMES, REFUSED_METHODS, refused_method
+from peregrine.frontends.base import REFUSED_METHODS, refused_method
+from peregrine.ir.spec import METHOD_NAMES
 
 RNG = np.random.default_rng(0)
 X = RNG.uniform(0.1, 1.0, (60, 4))

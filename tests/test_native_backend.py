@@ -17,7 +17,6 @@ import peregrine  # noqa: E402
 from peregrine.backends import reference  # noqa: E402
 from peregrine.backends.native import NativeBackend, Schedule, compile_spec, jit  # noqa: E402
 from peregrine.errors import InputError, UnsupportedModelError  # noqa: E402
-from peregrine.frontends.base import MethodSpec, ModelSpec  # noqa: E402
 from peregrine.ir import (  # noqa: E402
     Aggregation,
     Comparison,
@@ -28,6 +27,7 @@ from peregrine.ir import (  # noqa: E402
     concat_trees,
     make_forest,
 )
+from peregrine.ir.spec import MethodSpec, ModelSpec  # noqa: E402
 from peregrine.options import CompileOptions  # noqa: E402
 from peregrine.runtime.compiled import build  # noqa: E402
 from peregrine.tune import native_schedule  # noqa: E402

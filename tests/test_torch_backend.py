@@ -26,7 +26,6 @@ from peregrine.backends.torch import LINKS, LOWERINGS, TorchBackend
 from peregrine.backends.torch import trees as torch_trees
 from peregrine.backends.torchscript import TorchScriptBackend
 from peregrine.errors import UnsupportedModelError
-from peregrine.frontends.base import MethodSpec, ModelSpec
 from peregrine.ir import (
     Aggregation,
     Comparison,
@@ -37,6 +36,7 @@ from peregrine.ir import (
     concat_trees,
     make_forest,
 )
+from peregrine.ir.spec import MethodSpec, ModelSpec
 from peregrine.options import CompileOptions, Precision, TreeStrategy
 from peregrine.runtime.compiled import build
 

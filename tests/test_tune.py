@@ -101,8 +101,8 @@ def test_choice_is_deterministic():
 def test_torch_lowering_warns_on_fallback():
     torch = pytest.importorskip("torch")  # noqa: F841
     from peregrine.backends.torch import TorchBackend
-    from peregrine.frontends.base import ModelSpec
     from peregrine.ir import GraphBuilder, Op
+    from peregrine.ir.spec import ModelSpec
 
     forest = chain_forest(40)
     g = GraphBuilder()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from peregrine.frontends.base import ModelSpec
+from peregrine.ir.spec import ModelSpec
 
 DEFAULT_CATEGORY_VALUES = (-1, -0.5, 0, 0.5, 1, 1.7, 2, 3, 5, 31, 32, 33, 63, 64, 1000, 2.0**31)
 

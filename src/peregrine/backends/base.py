@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from peregrine.frontends.base import ModelSpec
+from peregrine.ir.spec import ModelSpec
 from peregrine.options import CompileOptions
 
 

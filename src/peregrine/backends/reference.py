@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 
 from peregrine.backends.base import Backend, Executable
-from peregrine.frontends.base import ModelSpec
 from peregrine.ir import Forest, Graph, Link, Node, Op
 from peregrine.ir.forest import LIGHTGBM_ZERO_THRESHOLD
+from peregrine.ir.spec import ModelSpec
 from peregrine.options import CompileOptions, Precision
 
 # ------------------------------------------------------------------------ tree semantics --

@@ -33,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
 def describe(path: str) -> dict[str, Any]:
     """Everything 'inspect' reports, as plain JSON-able data."""
     from peregrine.errors import UnsupportedModelError
-    from peregrine.frontends.base import METHOD_NAMES
+    from peregrine.ir.spec import METHOD_NAMES
     from peregrine.runtime.artifact import load_artifact
     from peregrine.runtime.compiled import build
 

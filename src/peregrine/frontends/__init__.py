@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from typing import Any
 
-from peregrine.frontends.base import FRONTENDS, MethodSpec, ModelSpec, convert, register_frontend
+from peregrine.errors import UnsupportedModelError
+from peregrine.frontends.base import FRONTENDS, qualified_name, register_frontend
+from peregrine.ir.spec import METHOD_NAMES, ModelSpec
 
 # (frontend module, library it needs)
 _MODULES = (
@@ -17,6 +20,7 @@ _MODULES = (
     ("peregrine.frontends.sklearn_boosting", "sklearn"),
     ("peregrine.frontends.sklearn_iforest", "sklearn"),
     ("peregrine.frontends.sklearn_pipeline", "sklearn"),
+    ("peregrine.frontends.sklearn_missing", "sklearn"),
     ("peregrine.frontends.sklearn_preprocessing", "sklearn"),
     ("peregrine.frontends.sklearn_linear", "sklearn"),
     ("peregrine.frontends.sklearn_models", "sklearn"),
@@ -45,4 +49,20 @@ def load_all() -> None:
     _loaded = True
 
 
-__all__ = ["FRONTENDS", "MethodSpec", "ModelSpec", "convert", "load_all", "register_frontend"]
+def convert(model: Any) -> ModelSpec:
+    """Dispatch to the frontend registered for ``type(model)``."""
+    load_all()
+    entry = FRONTENDS.lookup(type(model))
+    if entry is None:
+        names = sorted({e.key.__name__ for e in FRONTENDS})
+        raise UnsupportedModelError(
+            f"{qualified_name(model)} is not supported. Supported models: {', '.join(names)}"
+        )
+    spec = entry.fn(model)
+    for name in spec.methods:
+        if name not in METHOD_NAMES:
+            raise RuntimeError(f"frontend for {spec.source} declared unknown method {name!r}")
+    return spec
+
+
+__all__ = ["FRONTENDS", "convert", "load_all", "register_frontend"]

@@ -5,57 +5,14 @@ exceptions are documented where they happen) and never evaluates the model itsel
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from peregrine.errors import NotFittedError, UnsupportedModelError
-from peregrine.ir import Graph, GraphBuilder, Link, Op
+from peregrine.ir import GraphBuilder, Link, Op
+from peregrine.ir.spec import METHOD_NAMES, MethodSpec, ModelSpec
 from peregrine.registry import TypeRegistry
-
-INPUT_ERRORS = "input_errors"  # graph output checked by the runtime (ModelSpec.input_checks)
-METHOD_NAMES = ("predict", "predict_proba", "predict_log_proba", "decision_function",
-                "transform", "score_samples")
-
-
-@dataclass(frozen=True)
-class MethodSpec:
-    """How one public method is computed: which graph output, and how it is shaped/labelled."""
-
-    output: str
-    squeeze: bool = False  # return 1-D (the source returns shape (n,))
-    labels: np.ndarray | None = None  # integer class index -> label (classifiers' predict)
-    dtype: str = "float64"  # dtype the source returns; "input": the input's float dtype
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """A converted model: the IR graph plus the contract of the public methods and input."""
-
-    graph: Graph
-    methods: dict[str, MethodSpec]
-    n_features: int
-    source: str  # "sklearn.ensemble.RandomForestClassifier"
-    feature_names: tuple[str, ...] | None = None
-    allow_nan: bool = True  # source accepts NaN in the input
-    allow_inf: bool = True  # source accepts +-inf in the input
-    # pandas category columns: column index -> categories in code order (code = position), as
-    # the source library recorded them at fit time
-    category_maps: dict[int, tuple[Any, ...]] = field(default_factory=dict)
-    # category-mapped input columns read by an encoder with handle_unknown='error': a string
-    # absent from the column's map is rejected at the boundary (InputError naming the value)
-    category_unknown_error: frozenset[int] = frozenset()
-    # per column of the graph output INPUT_ERRORS (present only when non-empty): (what raises,
-    # input column it reads or -1). A non-zero entry there is a row sklearn would reject (an
-    # unseen category reaching an encoder with handle_unknown='error', a new missing column in
-    # MissingIndicator): the runtime raises InputError instead of returning numbers
-    input_checks: tuple[tuple[str, int], ...] = ()
-    # what an integer or bool numpy array (or tensor) becomes: the source's own cast, which
-    # matters above 2**24 (LightGBM converts such arrays to float32, scikit-learn to float64)
-    int_input_dtype: str = "float64"
-    versions: dict[str, str] = field(default_factory=dict)  # library versions at conversion
-
 
 # What a subclass may not redefine and still compile as its registered parent (issue #11): the
 # methods Peregrine reproduces, and the helpers the library's own versions of them call, read
@@ -191,21 +148,3 @@ def unsupported(model: Any, what: str, supported: str = "") -> UnsupportedModelE
 def sklearn_feature_names(model: Any) -> tuple[str, ...] | None:
     names = getattr(model, "feature_names_in_", None)
     return None if names is None else tuple(str(n) for n in names)
-
-
-def convert(model: Any) -> ModelSpec:
-    """Dispatch to the frontend registered for ``type(model)``."""
-    from peregrine.frontends import load_all
-
-    load_all()
-    entry = FRONTENDS.lookup(type(model))
-    if entry is None:
-        names = sorted({e.key.__name__ for e in FRONTENDS})
-        raise UnsupportedModelError(
-            f"{qualified_name(model)} is not supported. Supported models: {', '.join(names)}"
-        )
-    spec = entry.fn(model)
-    for name in spec.methods:
-        if name not in METHOD_NAMES:
-            raise RuntimeError(f"frontend for {spec.source} declared unknown method {name!r}")
-    return spec

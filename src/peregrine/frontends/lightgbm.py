@@ -33,15 +33,10 @@ import numpy as np
 from lightgbm import Booster, LGBMClassifier, LGBMModel, LGBMRanker, LGBMRegressor
 
 from peregrine.errors import NotFittedError
-from peregrine.frontends.base import (
-    MethodSpec,
-    ModelSpec,
-    qualified_name,
-    register_frontend,
-    unsupported,
-)
+from peregrine.frontends.base import qualified_name, register_frontend, unsupported
 from peregrine.ir import Aggregation, GraphBuilder, Link, Op, concat_trees, make_forest
 from peregrine.ir.forest import LIGHTGBM_ZERO_THRESHOLD
+from peregrine.ir.spec import MethodSpec, ModelSpec
 
 # decision_type bits (tree.h): kCategoricalMask = 1, kDefaultLeftMask = 2, missing type in bits 2-3
 _CATEGORICAL, _DEFAULT_LEFT = 1, 2

@@ -48,8 +48,6 @@ from sklearn.ensemble import (
 from sklearn.utils._missing import is_scalar_nan
 
 from peregrine.frontends.base import (
-    MethodSpec,
-    ModelSpec,
     add_log_proba,
     refuse_overrides,
     register_frontend,
@@ -58,6 +56,7 @@ from peregrine.frontends.base import (
 )
 from peregrine.frontends.sklearn_trees import accepts_nan, tree_arrays, tree_model_spec
 from peregrine.ir import GraphBuilder, Link, Op, concat_trees, make_forest
+from peregrine.ir.spec import MethodSpec, ModelSpec
 
 # ---------------------------------------------------------------------------- graph tails --
 

@@ -19,16 +19,12 @@ from sklearn.feature_extraction import FeatureHasher
 from sklearn.preprocessing import LabelBinarizer, LabelEncoder
 
 from peregrine.errors import UnsupportedModelError
-from peregrine.frontends.base import (
-    MethodSpec,
-    qualified_name,
-    register_frontend,
-    require_fitted,
-)
+from peregrine.frontends.base import qualified_name, register_frontend, require_fitted
 from peregrine.frontends.sklearn_models import _linear, _numeric_input, _out
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, register_head, register_step
 from peregrine.ir import Op
+from peregrine.ir.spec import MethodSpec
 
 
 def _center_scale(ctx: Context, x: str, width: int, center: Any, scale: Any) -> str:

@@ -22,15 +22,10 @@ import numpy as np
 from sklearn.ensemble import IsolationForest
 from sklearn.ensemble._iforest import _average_path_length
 
-from peregrine.frontends.base import (
-    MethodSpec,
-    ModelSpec,
-    register_frontend,
-    require_fitted,
-    unsupported,
-)
+from peregrine.frontends.base import register_frontend, require_fitted, unsupported
 from peregrine.frontends.sklearn_trees import tree_arrays, tree_model_spec
 from peregrine.ir import Aggregation, GraphBuilder, Link, Op, concat_trees, make_forest
+from peregrine.ir.spec import MethodSpec, ModelSpec
 
 
 def _leaf_constants(model: Any) -> tuple[list, list]:

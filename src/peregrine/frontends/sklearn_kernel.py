@@ -26,18 +26,13 @@ from sklearn.decomposition import KernelPCA
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 from sklearn.svm import SVC, SVR, NuSVC, NuSVR, OneClassSVM
 
-from peregrine.frontends.base import (
-    MethodSpec,
-    add_log_proba,
-    register_frontend,
-    require_fitted,
-    unsupported,
-)
+from peregrine.frontends.base import add_log_proba, register_frontend, require_fitted, unsupported
 from peregrine.frontends.sklearn_models import _linear, _numeric_input, _out
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, register_head, register_step
 from peregrine.ir import Op
 from peregrine.ir.ops import class_pairs
+from peregrine.ir.spec import MethodSpec
 
 KERNELS = ("linear", "poly", "rbf", "sigmoid")
 

@@ -56,16 +56,11 @@ from sklearn.linear_model import (
 )
 from sklearn.svm import LinearSVC, LinearSVR
 
-from peregrine.frontends.base import (
-    MethodSpec,
-    add_log_proba,
-    register_frontend,
-    require_fitted,
-    unsupported,
-)
+from peregrine.frontends.base import add_log_proba, register_frontend, require_fitted, unsupported
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, check_no_strings, register_head
 from peregrine.ir import Link, Op
+from peregrine.ir.spec import MethodSpec
 
 
 def _linear(est: Any, ctx: Context, flow: Flow) -> tuple[str, int, bool]:

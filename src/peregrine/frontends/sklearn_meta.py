@@ -38,13 +38,7 @@ from peregrine.frontends import (  # noqa: F401  (they register their heads)
     sklearn_meta_ensembles,
     sklearn_meta_target,
 )
-from peregrine.frontends.base import (
-    MethodSpec,
-    add_log_proba,
-    register_frontend,
-    require_fitted,
-    unsupported,
-)
+from peregrine.frontends.base import add_log_proba, register_frontend, require_fitted, unsupported
 from peregrine.frontends.meta_util import (
     computed_flow,
     concat_nodes,
@@ -59,6 +53,7 @@ from peregrine.frontends.meta_util import (
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, concat, convert_head, register_head
 from peregrine.ir import Op
+from peregrine.ir.spec import MethodSpec
 
 try:  # the successive-halving searches live in a module sklearn marks experimental
     from sklearn.model_selection._search_successive_halving import (

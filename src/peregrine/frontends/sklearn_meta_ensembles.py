@@ -37,7 +37,6 @@ from sklearn.isotonic import IsotonicRegression
 from sklearn.multiclass import OneVsOneClassifier, OneVsRestClassifier
 
 from peregrine.frontends.base import (
-    MethodSpec,
     add_log_proba,
     qualified_name,
     register_frontend,
@@ -58,6 +57,7 @@ from peregrine.frontends.meta_util import (
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, register_head, select
 from peregrine.ir import Link, Op
+from peregrine.ir.spec import MethodSpec
 
 
 def _scatter(ctx: Context, node: str, positions: np.ndarray, width: int) -> str:

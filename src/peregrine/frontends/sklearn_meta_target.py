@@ -18,7 +18,6 @@ from sklearn.preprocessing import (
 )
 
 from peregrine.frontends.base import (
-    MethodSpec,
     refuse_overrides,
     register_frontend,
     require_fitted,
@@ -29,6 +28,7 @@ from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, register_head
 from peregrine.ir import Op
 from peregrine.ir.ops import UFUNCS
+from peregrine.ir.spec import MethodSpec
 
 
 def _inverse(model: Any, trans: Any, ctx: Context, node: str, width: int) -> str:

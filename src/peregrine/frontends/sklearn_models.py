@@ -37,13 +37,7 @@ from sklearn.discriminant_analysis import (
 from sklearn.naive_bayes import BernoulliNB, ComplementNB, GaussianNB, MultinomialNB
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
-from peregrine.frontends.base import (
-    MethodSpec,
-    add_log_proba,
-    register_frontend,
-    require_fitted,
-    unsupported,
-)
+from peregrine.frontends.base import add_log_proba, register_frontend, require_fitted, unsupported
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import (
     Context,
@@ -55,6 +49,7 @@ from peregrine.frontends.steps import (
     register_step,
 )
 from peregrine.ir import Link, Op
+from peregrine.ir.spec import MethodSpec
 
 
 def _numeric_input(est: Any, ctx: Context, flow: Flow) -> None:

@@ -20,8 +20,6 @@ from sklearn.pipeline import FeatureUnion, Pipeline
 
 from peregrine.errors import UnsupportedModelError
 from peregrine.frontends.base import (
-    INPUT_ERRORS,
-    ModelSpec,
     qualified_name,
     register_frontend,
     require_fitted,
@@ -40,6 +38,7 @@ from peregrine.frontends.steps import (
     select,
 )
 from peregrine.ir import GraphBuilder
+from peregrine.ir.spec import INPUT_ERRORS, ModelSpec
 
 
 def model_spec(model: Any, build_head) -> ModelSpec:

@@ -46,6 +46,7 @@ from sklearn.preprocessing import (
 from sklearn.utils._missing import is_scalar_nan
 
 from peregrine.frontends.base import register_frontend, require_fitted, unsupported
+from peregrine.frontends.sklearn_missing import add_indicator
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, check_no_strings, register_step, select
 from peregrine.ir import Op
@@ -167,8 +168,6 @@ def step_simple_imputer(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "statistics_")
     out = _simple_impute(est, ctx, flow)
     if est.add_indicator:  # hstack(imputed, indicator_.transform(X)), as _BaseImputer
-        from peregrine.frontends.sklearn_transformers import add_indicator  # imports this module
-
         out = add_indicator(est, ctx, flow, out)
     return out
 

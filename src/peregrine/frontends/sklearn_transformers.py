@@ -1,5 +1,5 @@
 """scikit-learn featurizers beyond the scalers and encoders: QuantileTransformer,
-PowerTransformer, KBinsDiscretizer, SplineTransformer, MissingIndicator, TargetEncoder,
+PowerTransformer, KBinsDiscretizer, SplineTransformer, TargetEncoder,
 CategoricalNB and RFE/RFECV, as pipeline steps/heads and on their own. Each reproduces the
 estimator's ``transform``/``predict`` from public fitted state, in sklearn's order of operations
 (sources cited per step); the ops they need are documented in ``ir/ops.py`` (transformers area).
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.feature_selection import RFE, RFECV
-from sklearn.impute import KNNImputer, MissingIndicator
+from sklearn.impute import KNNImputer
 from sklearn.naive_bayes import CategoricalNB
 from sklearn.preprocessing import (
     KBinsDiscretizer,
@@ -29,7 +29,8 @@ from sklearn.preprocessing import (
 from sklearn.utils import get_tags
 from sklearn.utils._missing import is_scalar_nan
 
-from peregrine.frontends.base import MethodSpec, register_frontend, require_fitted, unsupported
+from peregrine.frontends.base import register_frontend, require_fitted, unsupported
+from peregrine.frontends.sklearn_missing import _check, add_indicator
 from peregrine.frontends.sklearn_models import _linear, _out, nb_classifier
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.sklearn_preprocessing import _category_values
@@ -38,13 +39,13 @@ from peregrine.frontends.steps import (
     Flow,
     Head,
     check_no_strings,
-    concat,
     convert_head,
     register_head,
     register_step,
     select,
 )
 from peregrine.ir import Op
+from peregrine.ir.spec import MethodSpec
 
 
 def _columns(ctx: Context, flow: Flow, op: Op, **attrs: Any) -> Flow:
@@ -63,12 +64,6 @@ def _code_one_hot(ctx: Context, node: str, n_codes: list[int]) -> str:
                      slots=tuple(np.arange(offsets[i], offsets[i + 1])
                                  for i in range(len(n_codes))),
                      unknown_slots=np.full(len(n_codes), -1))
-
-
-def _check(ctx: Context, flow: Flow, node: str, what: str, columns: Any = None) -> None:
-    """Rows where ``node`` is non-zero raise InputError (per column: the input column read)."""
-    cols = range(flow.width) if columns is None else columns
-    ctx.add_check(node, [(what, -1 if flow.src[c] is None else int(flow.src[c])) for c in cols])
 
 
 # ----------------------------------------------------------- QuantileTransformer --
@@ -188,67 +183,6 @@ def step_spline(est: Any, ctx: Context, flow: Flow) -> Flow:
     return out
 
 
-# -------------------------------------------------------------- MissingIndicator --
-
-
-def _missing_value(est: Any, ctx: Context, flow: Flow) -> tuple[float, bool]:
-    """The float value that means missing in the graph, and whether columns hold strings."""
-    strings = any(s is not None and s in ctx.vocabs for s in flow.src)
-    missing = est.missing_values
-    if strings:
-        if not (missing is None or is_scalar_nan(missing)):
-            raise unsupported(est, f"missing_values={missing!r} on string columns",
-                              "np.nan or None")
-        for i, s in enumerate(flow.src):
-            ctx.vocab(s, est, i)
-        return 0.0, True  # code 0 is the missing string (steps.Vocab)
-    if isinstance(missing, str) or missing is None:
-        raise unsupported(est, f"missing_values={missing!r} on numeric columns")
-    return float(missing), False
-
-
-def _indicator(ctx: Context, flow: Flow, columns: Any, missing: float, strings: bool) -> str:
-    """(n, len(columns)) 0/1: column is missing (NaN matches NaN; string codes: code 0)."""
-    cols = [int(c) for c in columns]
-    return ctx.g.add(Op.ONE_HOT, (flow.node,), width=len(cols), columns=np.asarray(cols),
-                     categories=tuple(np.asarray([missing]) for _ in cols),
-                     slots=tuple(np.asarray([i]) for i in range(len(cols))),
-                     unknown_slots=np.full(len(cols), -1))
-
-
-@register_step(MissingIndicator)
-def step_missing_indicator(est: Any, ctx: Context, flow: Flow) -> Flow:
-    """impute/_base.py MissingIndicator.transform: _get_mask(X)[:, features_]; with
-    features='missing-only' and error_on_new, a missing value in another column raises."""
-    require_fitted(est, "features_")
-    if est.sparse is True:
-        raise unsupported(est, "sparse=True", "sparse='auto' or False on dense input")
-    missing, strings = _missing_value(est, ctx, flow)
-    if not np.isnan(missing) and not strings:
-        ctx.reject_nan(flow)  # check_array: NaN is only allowed when it is the missing value
-    features = np.asarray(est.features_, dtype=np.int64)
-    if est.features == "missing-only" and est.error_on_new:
-        new = [j for j in range(flow.width) if j not in set(features.tolist())]
-        if new:
-            node = _indicator(ctx, flow, new, missing, strings)
-            _check(ctx, flow, node, "MissingIndicator: a feature with no missing values at fit "
-                   "time has missing values", new)
-    node = _indicator(ctx, flow, features, missing, strings)
-    return Flow(node, (None,) * len(features), nan=False, keeps_dtype=True)
-
-
-@register_head(MissingIndicator)
-def head_missing_indicator(est: Any, ctx: Context, flow: Flow) -> Head:
-    out = step_missing_indicator(est, ctx, flow)  # transform returns a boolean mask
-    return Head({"transform": out.node}, {"transform": MethodSpec("transform", dtype="bool")},
-                allow_nan=True)
-
-
-def add_indicator(est: Any, ctx: Context, flow: Flow, imputed: Flow) -> Flow:
-    """SimpleImputer(add_indicator=True): hstack(imputed, indicator_.transform(X))."""
-    return concat(ctx, [imputed, step_missing_indicator(est.indicator_, ctx, flow)])
-
-
 # -------------------------------------------------------------------- KNNImputer --
 
 
@@ -362,7 +296,7 @@ def head_rfe(est: Any, ctx: Context, flow: Flow) -> Head:
 
 
 _TRANSFORMERS = (QuantileTransformer, PowerTransformer, KBinsDiscretizer, SplineTransformer,
-                 MissingIndicator, TargetEncoder, KNNImputer)
+                 TargetEncoder, KNNImputer)
 register_frontend(*_TRANSFORMERS, library="scikit-learn", methods=("transform",),
                   notes="alone or as a pipeline step; NaN where sklearn accepts it (see "
                   "docs/pipelines.md)")(convert_single)

@@ -27,8 +27,6 @@ from sklearn.tree import (
 )
 
 from peregrine.frontends.base import (
-    MethodSpec,
-    ModelSpec,
     add_log_proba,
     qualified_name,
     register_frontend,
@@ -37,6 +35,7 @@ from peregrine.frontends.base import (
     unsupported,
 )
 from peregrine.ir import Aggregation, GraphBuilder, Link, Op, concat_trees, make_forest
+from peregrine.ir.spec import MethodSpec, ModelSpec
 
 
 def tree_arrays(tree: Any, feature_map: np.ndarray | None = None) -> dict[str, np.ndarray]:

@@ -27,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from peregrine.errors import UnsupportedModelError
-from peregrine.frontends.base import MethodSpec, qualified_name, refuse_overrides
+from peregrine.frontends.base import qualified_name, refuse_overrides
 from peregrine.ir import GraphBuilder, Op
+from peregrine.ir.spec import MethodSpec
 from peregrine.registry import TypeRegistry
 
 
@@ -159,7 +160,7 @@ def convert_head(est: Any, ctx: Context, flow: Flow) -> Head:
 
 def splice_frontend(est: Any, ctx: Context, flow: Flow) -> Head:
     """Use a model's own frontend as the final step: convert it alone, splice its graph."""
-    from peregrine.frontends.base import convert
+    from peregrine.frontends import convert
 
     spec = convert(est)
     if spec.category_maps:

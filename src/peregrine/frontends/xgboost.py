@@ -26,13 +26,7 @@ import xgboost
 from xgboost import Booster, XGBClassifier, XGBRanker, XGBRegressor
 
 from peregrine.errors import NotFittedError
-from peregrine.frontends.base import (
-    MethodSpec,
-    ModelSpec,
-    qualified_name,
-    register_frontend,
-    unsupported,
-)
+from peregrine.frontends.base import qualified_name, register_frontend, unsupported
 from peregrine.ir import (
     Comparison,
     Forest,
@@ -43,6 +37,7 @@ from peregrine.ir import (
     concat_trees,
     make_forest,
 )
+from peregrine.ir.spec import MethodSpec, ModelSpec
 
 # objective -> (ProbToMargin of base_score, PredTransform). XGBoost's src/objective/*: logistic
 # objectives use logit/sigmoid; poisson, tweedie, gamma and cox use log/exp; softmax, ranking and

@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from peregrine.errors import ArtifactError
-from peregrine.frontends.base import MethodSpec, ModelSpec
 from peregrine.ir import Forest, Graph, Link, Node, Op, verify
+from peregrine.ir.spec import MethodSpec, ModelSpec
 
 FORMAT = "peregrine-artifact"
 FORMAT_VERSION = 1

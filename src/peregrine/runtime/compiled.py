@@ -14,7 +14,7 @@ import numpy as np
 from peregrine.backends import Executable, get_backend
 from peregrine.backends.base import NonFiniteInput
 from peregrine.errors import InputError
-from peregrine.frontends.base import INPUT_ERRORS, METHOD_NAMES, ModelSpec
+from peregrine.ir.spec import INPUT_ERRORS, METHOD_NAMES, ModelSpec
 from peregrine.options import CompileOptions
 
 
@@ -140,7 +140,7 @@ class CompiledModel:
 
     def save(self, path: str | os.PathLike) -> str:
         """Write a versioned, hashed artifact; returns its content hash."""
-        from peregrine import __version__
+        from peregrine._version import __version__
         from peregrine.runtime.artifact import save_artifact
 
         state = getattr(self._exec, "artifact_state", None)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from peregrine.errors import InputError
-from peregrine.frontends.base import ModelSpec
+from peregrine.ir.spec import ModelSpec
 from peregrine.runtime.categories import category_codes
 
 

@@ -24,8 +24,8 @@ from peregrine.backends.native.schedule import (
     as_schedule,
 )
 from peregrine.errors import ArtifactError, UnsupportedModelError
-from peregrine.frontends.base import ModelSpec
 from peregrine.ir import Op
+from peregrine.ir.spec import ModelSpec
 from peregrine.options import CompileOptions
 
 

@@ -25,8 +25,8 @@ from torch import Tensor, nn
 from peregrine.backends.base import Backend, Executable
 from peregrine.backends.torch.ops import Lowered, lower_node
 from peregrine.errors import UnsupportedModelError
-from peregrine.frontends.base import ModelSpec
 from peregrine.ir import Graph, Op
+from peregrine.ir.spec import ModelSpec
 from peregrine.options import CompileOptions
 
 
