@@ -14,6 +14,7 @@ from peregrine.frontends import FRONTENDS, convert, load_all
 from peregrine.options import CompileOptions
 from peregrine.passes import run_passes
 from peregrine.runtime.compiled import CompiledModel, build
+from peregrine.sources import is_model_source, load_model
 
 
 def compile(  # noqa: A001 - the public name users expect
@@ -29,7 +30,10 @@ def compile(  # noqa: A001 - the public name users expect
     Parameters
     ----------
     model:
-        A fitted scikit-learn, XGBoost or LightGBM model (see ``supported_models()``).
+        A fitted scikit-learn, XGBoost, LightGBM or CatBoost model, an ``onnx.ModelProto``
+        (see ``supported_models()``), or a saved model: a path or bytes in any format
+        ``peregrine.sources`` reads (XGBoost JSON/UBJSON, LightGBM text, CatBoost .cbm/JSON,
+        ONNX), loaded with the library's own loader. Pickles are never read here.
     backend:
         ``"torch"``, ``"torchscript"``, ``"reference"``, ``"native"`` or ``"auto"`` (the fastest
         available on this machine).
@@ -53,6 +57,8 @@ def compile(  # noqa: A001 - the public name users expect
             "CompileOptions(validate=True) needs sample_input: representative rows to run "
             "through both the source model and the compiled program"
         )
+    if is_model_source(model):
+        model = load_model(model).model
     spec = convert(model)
     spec = dataclasses.replace(spec, graph=run_passes(spec.graph))
     if backend == "auto":
