@@ -11,10 +11,17 @@ import argparse
 import sys
 import traceback
 
-from peregrine.cli import backends_cmd, bench_cmd, compile_cmd, inspect_cmd, predict_cmd
+from peregrine.cli import (
+    backends_cmd,
+    bench_cmd,
+    compile_cmd,
+    inspect_cmd,
+    predict_cmd,
+    serve_cmd,
+)
 from peregrine.cli._common import CLIError
 
-COMMANDS = (compile_cmd, predict_cmd, inspect_cmd, bench_cmd, backends_cmd)
+COMMANDS = (compile_cmd, predict_cmd, inspect_cmd, bench_cmd, backends_cmd, serve_cmd)
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 

@@ -1,0 +1,272 @@
+"""The ASGI app of ``peregrine serve`` (Starlette), one compiled model per app.
+
+Routes: ``POST /v1/<method>`` for each of the artifact's methods (others: 404), ``GET /healthz``,
+``GET /v1/model``, ``GET /metrics``. Bodies: JSON, ``.npy`` or an Arrow IPC stream, chosen by
+Content-Type; the response uses the request's format (``formats.py``). Every error is a JSON
+object ``{"error": message, "type": kind}``: 400 for bodies the model rejects (the model's own
+typed error, naming row and column), 404 unknown route or method, 413 body over the limit,
+415 unknown Content-Type, 503 queue full or shutting down, 500 anything unexpected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import platform
+import time
+import zipfile
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from peregrine.deploy import formats
+from peregrine.deploy.batcher import Batcher, QueueFull, ShuttingDown
+from peregrine.deploy.metrics import Metrics
+from peregrine.errors import PeregrineError
+
+log = logging.getLogger("peregrine.serve")
+
+SCORING_METHODS = (
+    "predict",
+    "predict_proba",
+    "predict_log_proba",
+    "decision_function",
+    "transform",
+    "score_samples",
+)
+# JSON bodies above this size, and JSON answers with more values, are decoded and encoded in a
+# worker thread (a few milliseconds), not on the event loop; binary formats are memory copies
+OFFLOAD_BYTES, OFFLOAD_VALUES = 256 << 10, 16384
+CONFIG_ENV = "PEREGRINE_SERVE_CONFIG"  # how `--workers N` hands the config to each process
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What one server process needs; every field has the CLI flag of the same name."""
+
+    artifact: str
+    max_batch: int = 1024
+    max_delay_ms: float = 2.0
+    max_body_bytes: int = 64 << 20
+    max_queue_rows: int = 1 << 18
+    threads: int = 1
+    backend: str | None = None
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls) -> ServeConfig:
+        return cls(**json.loads(os.environ[CONFIG_ENV]))
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _error(status: int, message: str, kind: str, headers: dict | None = None) -> Response:
+    body = json.dumps({"error": message, "type": kind}).encode()
+    return Response(body, status, headers=headers, media_type=formats.JSON)
+
+
+def _versions() -> dict[str, str]:
+    import numpy
+    import starlette
+    import uvicorn
+
+    from peregrine import __version__
+
+    return {
+        "peregrine": __version__,
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "starlette": starlette.__version__,
+        "uvicorn": uvicorn.__version__,
+    }
+
+
+def _artifact_versions(path: str) -> dict[str, Any]:
+    """The library versions recorded in the artifact's manifest (informational; {} if absent)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            body = json.loads(zf.read("manifest.json"))["body"]
+        return {
+            "compiled_with": body.get("versions", {}),
+            "source_libraries": body.get("spec", {}).get("versions", {}),
+        }
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return {}
+
+
+def create_app(config: ServeConfig, model: Any = None) -> Starlette:
+    """The app serving ``config.artifact`` (loaded with the safe ``peregrine.load``), or
+    ``model`` when given (tests, embedding)."""
+    if model is None:
+        import peregrine
+
+        model = peregrine.load(config.artifact, backend=config.backend)
+    methods = tuple(m for m in SCORING_METHODS if m in model.methods)
+    names = model.feature_names_in_
+    feature_names = None if names is None else tuple(str(n) for n in names)
+    classes = model.classes_
+    metrics = Metrics(getattr(model, "content_hash", None), str(model))
+    batcher = Batcher(
+        model,
+        max_batch=config.max_batch,
+        max_delay=config.max_delay_ms / 1000,
+        max_queue_rows=config.max_queue_rows,
+        threads=config.threads,
+        on_call=metrics.on_call,
+    )
+    description = {
+        "source": model.explain_dict().get("source"),
+        "content_hash": getattr(model, "content_hash", None),
+        "methods": list(methods),
+        "n_features": int(model.n_features_in_),
+        "feature_names": None if feature_names is None else list(feature_names),
+        "classes": None if classes is None else classes.tolist(),
+        "input_formats": list(formats.FORMATS),
+        "batching": {
+            "max_batch": config.max_batch,
+            "max_delay_ms": config.max_delay_ms,
+            "max_queue_rows": config.max_queue_rows,
+            "threads": config.threads,
+        },
+        "max_body_bytes": config.max_body_bytes,
+        "versions": {**_versions(), **_artifact_versions(config.artifact)},
+        "explain": model.explain_dict(),
+    }
+
+    async def read_body(request: Request) -> bytes:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > config.max_body_bytes:
+            raise _TooLarge
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > config.max_body_bytes:
+                raise _TooLarge
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def score(request: Request) -> Response:
+        t0 = time.perf_counter()
+        method = request.path_params["method"]
+        fmt = "-"
+        if method not in methods:
+            status, kind = 404, "NotFound"
+            response = _error(
+                404, f"{model} has no method {method!r}; it serves {', '.join(methods)}", kind
+            )
+        else:
+            try:
+                fmt = formats.media_type(request.headers.get("content-type"))
+                body = await read_body(request)
+                if fmt == formats.JSON and len(body) > OFFLOAD_BYTES:
+                    payload = await asyncio.to_thread(formats.decode, body, fmt, feature_names)
+                else:
+                    payload = formats.decode(body, fmt, feature_names)
+                out = await batcher.submit(method, payload.key, payload.data, payload.rows)
+                labels = classes if method == "predict_proba" else None
+                if fmt == formats.JSON and out.size > OFFLOAD_VALUES:
+                    data = await asyncio.to_thread(formats.encode, out, fmt, labels)
+                else:
+                    data = formats.encode(out, fmt, labels)
+                status, kind = 200, ""
+                response = Response(data, 200, media_type=fmt)
+            except ClientDisconnect:
+                status, kind = 499, "ClientDisconnect"  # nobody to answer; nginx's code
+                response = Response(b"", 499)
+            except formats.BodyError as exc:
+                status, kind = exc.status, "BodyError"
+                response = _error(status, str(exc), kind)
+            except _TooLarge:
+                status, kind = 413, "TooLarge"
+                response = _error(
+                    413,
+                    f"request body exceeds {config.max_body_bytes} bytes "
+                    "(--max-body-bytes); send fewer rows per request",
+                    kind,
+                )
+            except (QueueFull, ShuttingDown) as exc:
+                status, kind = 503, type(exc).__name__
+                response = _error(503, str(exc), kind, {"Retry-After": "1"})
+            except PeregrineError as exc:
+                status, kind = 400, type(exc).__name__
+                response = _error(400, str(exc), kind)
+            except Exception as exc:  # noqa: BLE001 - a server answers; the log keeps the trace
+                log.exception("scoring %s failed", method)
+                status, kind = 500, "InternalError"
+                response = _error(500, f"internal error: {type(exc).__name__}: {exc}", kind)
+        metrics.requests.labels("score", method, fmt, str(status)).inc()
+        if kind:
+            metrics.errors.labels(kind).inc()
+        else:
+            metrics.latency.labels(method).observe(time.perf_counter() - t0)
+        metrics.queue_rows.set(batcher.queued_rows)
+        return response
+
+    async def healthz(request: Request) -> Response:
+        return Response(b'{"status":"ok"}', media_type=formats.JSON)
+
+    async def describe(request: Request) -> Response:
+        doc = {**description, "pid": os.getpid(), "stats": asdict(batcher.stats)}
+        return Response(json.dumps(doc, default=str).encode(), media_type=formats.JSON)
+
+    async def scrape(request: Request) -> Response:
+        metrics.queue_rows.set(batcher.queued_rows)
+        data, content_type = metrics.exposition()
+        return Response(data, headers={"Content-Type": content_type})
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
+        metrics.errors.labels(kind).inc()
+        return _error(
+            exc.status_code,
+            f"{request.method} {request.url.path}: {exc.detail}",
+            kind,
+            dict(exc.headers or {}),
+        )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        await batcher.start()
+        log.info(
+            "serving %s (%s) methods %s",
+            config.artifact,
+            description["content_hash"],
+            ", ".join(methods),
+        )
+        try:
+            yield
+        finally:
+            await batcher.stop()  # after uvicorn answered the accepted requests
+
+    app = Starlette(
+        routes=[
+            Route("/v1/{method}", score, methods=["POST"]),
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/v1/model", describe, methods=["GET"]),
+            Route("/metrics", scrape, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
+    )
+    app.state.batcher = batcher
+    app.state.metrics = metrics
+    app.state.model = model
+    return app
+
+
+def app_from_env() -> Starlette:
+    """Factory for ``--workers N``: each worker process builds its app from the environment."""
+    return create_app(ServeConfig.from_env())

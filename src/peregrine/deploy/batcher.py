@@ -1,0 +1,281 @@
+"""Dynamic batching: concurrent requests share one call of the compiled model.
+
+Requests wait in one FIFO queue. A single dispatcher task (on the server's event loop) takes the
+oldest request and every queued request whose rows may be stacked with it (same method, same
+payload key: see ``formats.Payload``) up to ``max_batch`` rows, and runs the model once on the
+stacked rows in a worker thread; the answer is split back by row counts.
+
+When to dispatch is the whole trade-off:
+
+- a request on an idle server (nothing running, nothing finished within ``max_delay``) goes at
+  once: a lone client never pays the delay;
+- under load the dispatcher waits, at most ``max_delay`` after the oldest queued request arrived,
+  for as many requests as the previous batch held (the clients that got answers are likely to
+  ask again) or for ``max_batch`` rows, whichever comes first;
+- while the model is busy (``threads`` batches in flight) requests simply queue; when it frees,
+  the oldest has usually waited past ``max_delay`` and everything queued goes at once.
+
+If a stacked call raises one of Peregrine's errors, some request's rows are bad: each request is
+then scored alone, so every request gets its own answer or its own error (row numbers relative to
+its own body), never a neighbour's. The queue is bounded in rows (``max_queue_rows``): over the
+bound :meth:`Batcher.submit` raises :class:`QueueFull` instead of buffering without limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from peregrine.errors import PeregrineError
+
+
+class QueueFull(RuntimeError):
+    """The batcher holds ``max_queue_rows`` rows already (HTTP 503)."""
+
+
+class ShuttingDown(RuntimeError):
+    """The batcher was stopped before the request could be queued (HTTP 503)."""
+
+
+@dataclass
+class _Job:
+    method: str
+    key: tuple
+    data: Any
+    rows: int
+    future: asyncio.Future
+    arrival: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class BatchStats:
+    """What the batcher did so far (also exported as Prometheus metrics by the server)."""
+
+    requests: int = 0
+    model_calls: int = 0
+    batches: int = 0
+    rows: int = 0
+    fallbacks: int = 0  # stacked calls that failed and were re-run request by request
+
+
+def _concat(parts: list[Any]) -> Any:
+    if len(parts) == 1:
+        return parts[0]
+    if isinstance(parts[0], np.ndarray):
+        return np.concatenate(parts, axis=0)
+    import pandas as pd
+
+    return pd.concat(parts, axis=0, ignore_index=True)
+
+
+class Batcher:
+    """Coalesce concurrent calls of ``model.<method>(rows)`` into batched calls.
+
+    Parameters
+    ----------
+    model:
+        Anything with the methods requests name (a :class:`peregrine.CompiledModel`).
+    max_batch:
+        Rows per model call, at most (a single larger request runs alone, unsplit).
+    max_delay:
+        Seconds a request may wait for others under load (never on an idle server).
+    max_queue_rows:
+        Rows waiting, at most; beyond it ``submit`` raises :class:`QueueFull`.
+    threads:
+        Model calls that may run at once (each in its own worker thread).
+    on_call:
+        ``on_call(method, rows, requests, seconds)`` after each model call (metrics).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        max_batch: int = 1024,
+        max_delay: float = 0.002,
+        max_queue_rows: int = 1 << 20,
+        threads: int = 1,
+        on_call: Callable[[str, int, int, float], None] | None = None,
+    ) -> None:
+        if max_batch < 1 or threads < 1 or max_delay < 0 or max_queue_rows < 1:
+            raise ValueError("max_batch, threads and max_queue_rows must be >= 1, max_delay >= 0")
+        self.model = model
+        self.max_batch, self.max_delay = max_batch, max_delay
+        self.max_queue_rows, self.threads = max_queue_rows, threads
+        self.on_call = on_call
+        self.stats = BatchStats()
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._queued_rows = 0
+        self._inflight = 0
+        self._last_done = -1e9
+        self._expect = 1  # requests the previous batch held: how many to wait for under load
+        self._wake: asyncio.Event | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._task: asyncio.Task | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._closing = False
+
+    # ------------------------------------------------------------------------- lifecycle --
+    async def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.threads)
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="peregrine-model")
+        self._task = asyncio.get_running_loop().create_task(self._dispatch_forever())
+
+    async def stop(self) -> None:
+        """Refuse new requests, answer every queued and running one, then stop."""
+        self._closing = True
+        while self._queue or self._inflight:
+            assert self._wake is not None
+            self._wake.set()
+            await asyncio.sleep(0.001)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+    @property
+    def queued_rows(self) -> int:
+        return self._queued_rows
+
+    # ----------------------------------------------------------------------------- submit --
+    async def submit(self, method: str, key: tuple, data: Any, rows: int) -> Any:
+        """Score ``data`` (``rows`` rows) with ``model.<method>``; returns its output or raises
+        the model's error for these rows."""
+        if self._closing or self._wake is None:
+            raise ShuttingDown("the server is shutting down")
+        if self._queue and self._queued_rows + rows > self.max_queue_rows:
+            raise QueueFull(
+                f"{self._queued_rows} rows are already waiting (limit "
+                f"{self.max_queue_rows}); retry later"
+            )
+        job = _Job(method, key, data, rows, asyncio.get_running_loop().create_future())
+        self._queue.append(job)
+        self._queued_rows += rows
+        self.stats.requests += 1
+        self._wake.set()
+        return await job.future
+
+    # --------------------------------------------------------------------------- dispatch --
+    def _idle(self, now: float) -> bool:
+        return self._inflight == 0 and now - self._last_done > self.max_delay
+
+    async def _dispatch_forever(self) -> None:
+        assert self._wake is not None and self._slots is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            while not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+            await self._slots.acquire()
+            if not self._queue:  # answered by nobody else, but be safe
+                self._slots.release()
+                continue
+            if (
+                not self._closing
+                and self._queued_rows < self.max_batch
+                and not self._idle(time.perf_counter())
+            ):
+                deadline = self._queue[0].arrival + self.max_delay
+                while len(self._queue) < self._expect and self._queued_rows < self.max_batch:
+                    timeout = deadline - time.perf_counter()
+                    if timeout <= 0:
+                        break
+                    self._wake.clear()
+                    try:
+                        await asyncio.wait_for(self._wake.wait(), timeout)
+                    except asyncio.TimeoutError:
+                        break
+            batch = self._take()
+            self._expect = len(batch)
+            self._inflight += 1
+            fut = loop.run_in_executor(self._pool, self._execute, batch)
+            fut.add_done_callback(lambda f, b=batch: self._finish(b, f))
+
+    def _take(self) -> list[_Job]:
+        """The oldest job and the queued jobs that may share its call, up to max_batch rows."""
+        first = self._queue.popleft()
+        batch, rows, keep = [first], first.rows, []
+        while self._queue and rows < self.max_batch:
+            job = self._queue.popleft()
+            if (
+                job.method == first.method
+                and job.key == first.key
+                and rows + job.rows <= self.max_batch
+            ):
+                batch.append(job)
+                rows += job.rows
+            else:
+                keep.append(job)
+        self._queue.extendleft(reversed(keep))
+        self._queued_rows -= rows
+        return batch
+
+    def _execute(self, batch: list[_Job]) -> list[tuple[bool, Any]]:
+        """In a worker thread: one model call for the batch; (ok, output or error) per job."""
+        live = [j for j in batch if not j.future.cancelled()]  # the client went away
+        if not live:
+            return [(False, asyncio.CancelledError())] * len(batch)
+        fn = getattr(self.model, batch[0].method)
+        results: dict[int, tuple[bool, Any]] = {}
+        try:
+            out = self._call(fn, batch[0].method, [j.data for j in live], len(live))
+        except PeregrineError:
+            if len(live) == 1:
+                raise
+            self.stats.fallbacks += 1
+            # one request's rows are bad: each request alone gets its answer or its own error
+            for j in live:
+                try:
+                    results[id(j)] = (True, self._call(fn, j.method, [j.data], 1))
+                except PeregrineError as exc:
+                    results[id(j)] = (False, exc)
+        else:
+            start = 0
+            for j in live:
+                results[id(j)] = (True, out[start : start + j.rows])
+                start += j.rows
+        return [results.get(id(j), (False, asyncio.CancelledError())) for j in batch]
+
+    def _call(self, fn: Any, method: str, parts: list[Any], n_requests: int) -> Any:
+        data = _concat(parts)
+        t0 = time.perf_counter()
+        out = np.asarray(fn(data))
+        rows = int(data.shape[0])
+        self.stats.model_calls += 1
+        self.stats.batches += 1
+        self.stats.rows += rows
+        if self.on_call is not None:
+            self.on_call(method, rows, n_requests, time.perf_counter() - t0)
+        return out
+
+    def _finish(self, batch: list[_Job], fut: asyncio.Future) -> None:
+        """On the event loop: hand each job its answer and free the slot."""
+        self._inflight -= 1
+        self._last_done = time.perf_counter()
+        assert self._slots is not None and self._wake is not None
+        self._slots.release()
+        self._wake.set()
+        exc = fut.exception()
+        for i, job in enumerate(batch):
+            if job.future.done():  # cancelled: the client disconnected
+                continue
+            if exc is not None:
+                job.future.set_exception(exc)
+                continue
+            ok, value = fut.result()[i]
+            if ok:
+                job.future.set_result(value)
+            else:
+                job.future.set_exception(value)

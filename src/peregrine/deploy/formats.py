@@ -1,0 +1,270 @@
+"""Request and response bodies of ``peregrine serve``: JSON, ``.npy`` and Arrow IPC streams.
+
+A decoded request is a :class:`Payload`: the rows to score (a 2-D NumPy array or a pandas
+DataFrame, exactly what ``CompiledModel`` methods take) and a ``key`` saying which other requests
+its rows may be stacked with. Numeric arrays of one dtype and width stack whatever format they
+came in (a JSON row and an ``.npy`` body of float64 share one model call); DataFrames stack only
+with frames of the same columns and dtypes; inputs whose concatenation could change their meaning
+(categorical columns, whose codes differ per frame) get a key no other request shares.
+
+Validation of the values themselves (feature count, column names, strings where numbers go,
+NaN policy) is left to the compiled model, whose typed errors say what and where; this module
+only rejects bodies that are not well-formed, with :class:`BodyError`.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+JSON = "application/json"
+NPY = "application/x-npy"
+ARROW = "application/vnd.apache.arrow.stream"
+FORMATS = (JSON, NPY, ARROW)
+
+_unique = itertools.count()  # keys for payloads that must not share a model call
+
+
+class BodyError(ValueError):
+    """The request body is not well-formed (HTTP 400), or its format is unknown (415)."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class Payload:
+    data: Any  # np.ndarray (2-D) or pandas.DataFrame
+    rows: int
+    key: tuple  # payloads with equal keys may be concatenated into one model call
+    fmt: str  # the response format: the request's own
+
+
+def media_type(content_type: str | None) -> str:
+    """The format named by a Content-Type header (parameters such as charset ignored)."""
+    base = (content_type or JSON).split(";")[0].strip().lower()
+    # curl -d sends application/x-www-form-urlencoded unless told otherwise: a JSON body is
+    # what anyone posting to this server means by it
+    if base in ("", "*/*", "text/json", "text/plain", "application/x-www-form-urlencoded"):
+        return JSON
+    if base in ("application/vnd.apache.arrow.file", "application/x-arrow"):
+        raise BodyError(f"Content-Type {base}: send an Arrow IPC *stream* ({ARROW})", 415)
+    if base in ("application/octet-stream", "application/npy"):
+        return NPY
+    if base not in FORMATS:
+        raise BodyError(f"unsupported Content-Type {base!r}; send one of {', '.join(FORMATS)}", 415)
+    return base
+
+
+def decode(body: bytes, fmt: str, feature_names: tuple[str, ...] | None) -> Payload:
+    if fmt == JSON:
+        return _decode_json(body)
+    if fmt == NPY:
+        return _decode_npy(body)
+    return _decode_arrow(body, feature_names)
+
+
+def _array_payload(arr: np.ndarray, fmt: str) -> Payload:
+    return Payload(arr, int(arr.shape[0]), ("array", arr.dtype.str, arr.shape[1]), fmt)
+
+
+def _frame_payload(df: Any, fmt: str) -> Payload:
+    import pandas as pd
+
+    dtypes = tuple(str(t) for t in df.dtypes)
+    if any(isinstance(t, pd.CategoricalDtype) for t in df.dtypes):
+        key: tuple = ("alone", next(_unique))
+    else:
+        key = ("frame", tuple(str(c) for c in df.columns), dtypes)
+    return Payload(df, int(df.shape[0]), key, fmt)
+
+
+# ------------------------------------------------------------------------------------ JSON --
+def _decode_json(body: bytes) -> Payload:
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BodyError(f"body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict) or ("rows" in doc) == ("columns" in doc):
+        raise BodyError(
+            'JSON body must be an object with either "rows": [[...], ...] or '
+            '"columns": {"name": [...], ...}'
+        )
+    if "rows" in doc:
+        return _json_rows(doc["rows"])
+    return _json_columns(doc["columns"])
+
+
+def _json_rows(rows: Any) -> Payload:
+    if not isinstance(rows, list) or not rows:
+        raise BodyError('"rows" must be a non-empty list of rows (lists of values)')
+    first = rows[0]
+    if not isinstance(first, list):
+        raise BodyError('"rows" must be a list of lists; row 0 is not a list')
+    width = len(first)
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != width:
+            what = "is not a list" if not isinstance(row, list) else f"has {len(row)} values"
+            raise BodyError(f'"rows": row {i} {what}; row 0 has {width}')
+    try:
+        # numbers, booleans and null (NaN): the common case, one conversion
+        arr = np.array(rows, dtype=np.float64)
+    except (TypeError, ValueError):  # noqa: B904 - the object path below says what is wrong
+        # strings somewhere: an object array, which the model encodes where it was fitted on
+        # strings and rejects, naming the column, where it was not
+        arr = np.empty((len(rows), width), dtype=object)
+        for i, row in enumerate(rows):
+            for j, v in enumerate(row):
+                if isinstance(v, (list, dict)):
+                    what = type(v).__name__
+                    raise BodyError(f'"rows": row {i}, column {j} holds a nested {what}') from None
+                arr[i, j] = np.nan if v is None else v
+        # per-row encoding (fit-time category maps): such rows stack like numeric ones
+        return Payload(arr, len(rows), ("array", "object", width), JSON)
+    if arr.ndim != 2:
+        raise BodyError('"rows" must be a list of lists of values (a 2-D table)')
+    return _array_payload(arr, JSON)
+
+
+def _json_columns(columns: Any) -> Payload:
+    import pandas as pd
+
+    if not isinstance(columns, dict) or not columns:
+        raise BodyError('"columns" must be a non-empty object mapping column names to lists')
+    length = None
+    for name, values in columns.items():
+        if not isinstance(values, list):
+            raise BodyError(f'"columns": column {name!r} is not a list of values')
+        if length is None:
+            length = len(values)
+        elif len(values) != length:
+            raise BodyError(
+                f'"columns": column {name!r} has {len(values)} values, the first '
+                f"column has {length}"
+            )
+        for i, v in enumerate(values):
+            if isinstance(v, (list, dict)):
+                raise BodyError(f'"columns": column {name!r}, row {i} holds a nested value')
+    if not length:
+        raise BodyError('"columns" holds no rows')
+    data = {}
+    for name, values in columns.items():
+        col = pd.Series(values)
+        if col.dtype == object and all(
+            v is None or isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+        ):
+            col = col.astype(np.float64)  # numbers with nulls: NaN where null
+        data[name] = col
+    return _frame_payload(pd.DataFrame(data), JSON)
+
+
+def encode_json(out: np.ndarray, classes: Any = None) -> bytes:
+    doc: dict[str, Any] = {"predictions": out.tolist()}
+    if classes is not None:
+        doc["classes"] = np.asarray(classes).tolist()
+    try:
+        return json.dumps(doc, allow_nan=False, separators=(",", ":")).encode()
+    except ValueError:  # NaN or infinity in the output: JSON has no such numbers, send null
+        doc["predictions"] = _finite_or_none(doc["predictions"])
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def _finite_or_none(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_finite_or_none(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+# ------------------------------------------------------------------------------------- npy --
+def _decode_npy(body: bytes) -> Payload:
+    try:
+        arr = np.load(io.BytesIO(body), allow_pickle=False)
+    except ValueError as exc:  # object arrays need pickles: refused
+        raise BodyError(f"body is not a valid .npy array without pickles: {exc}") from None
+    except (OSError, EOFError) as exc:
+        raise BodyError(f"body is not a valid .npy array: {exc}") from None
+    if not isinstance(arr, np.ndarray) or arr.ndim != 2:
+        raise BodyError(
+            f".npy body must hold a 2-D array (rows, features), got {getattr(arr, 'ndim', '?')}-D"
+        )
+    if arr.shape[0] == 0:
+        raise BodyError(".npy body holds 0 rows")
+    if arr.dtype.kind in "fiub":
+        return _array_payload(arr, NPY)
+    return Payload(arr, int(arr.shape[0]), ("alone", next(_unique)), NPY)
+
+
+def encode_npy(out: np.ndarray) -> bytes:
+    if out.dtype == object:  # string labels: .npy without pickles holds them as unicode
+        out = out.astype(str)
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(out), allow_pickle=False)
+    return buf.getvalue()
+
+
+# ----------------------------------------------------------------------------------- Arrow --
+def _decode_arrow(body: bytes, feature_names: tuple[str, ...] | None) -> Payload:
+    import pyarrow as pa
+
+    try:
+        table = pa.ipc.open_stream(body).read_all()
+    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+        raise BodyError(f"body is not a valid Arrow IPC stream: {exc}") from None
+    if table.num_rows == 0:
+        raise BodyError("Arrow body holds 0 rows")
+    names = tuple(table.column_names)
+    if (
+        feature_names is not None
+        and set(names) == set(feature_names)
+        and len(names) == len(feature_names)
+    ):
+        table = table.select(list(feature_names))  # matched by name
+        names = feature_names
+    types = {f.type for f in table.schema}
+    numeric = len(types) == 1 and next(iter(types)) in (pa.float64(), pa.float32())
+    if numeric and (feature_names is None or names == feature_names):
+        # the bulk case: one float type, columns the model's own: one (rows, features) copy
+        dtype = np.float64 if next(iter(types)) == pa.float64() else np.float32
+        arr = np.empty((table.num_rows, table.num_columns), dtype=dtype)
+        for j, col in enumerate(table.columns):
+            arr[:, j] = col.to_numpy()  # nulls become NaN
+        return _array_payload(arr, ARROW)
+    # anything else (strings, integers, mixed types, other names) is a DataFrame: the model
+    # matches its columns by name and says which one is wrong
+    return _frame_payload(table.to_pandas(), ARROW)
+
+
+def encode_arrow(out: np.ndarray, classes: Any = None) -> bytes:
+    import pyarrow as pa
+
+    if out.ndim == 1:
+        cols, names = [out], ["predictions"]
+    else:
+        cols = [out[:, j] for j in range(out.shape[1])]
+        if classes is not None and len(classes) == out.shape[1]:
+            names = [str(c) for c in classes]
+        else:
+            names = [str(j) for j in range(out.shape[1])]
+    arrays = [pa.array(c.astype(str) if c.dtype == object else c) for c in cols]
+    table = pa.Table.from_arrays(arrays, names=names)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def encode(out: np.ndarray, fmt: str, classes: Any = None) -> bytes:
+    if fmt == JSON:
+        return encode_json(out, classes)
+    if fmt == NPY:
+        return encode_npy(out)
+    return encode_arrow(out, classes)

@@ -1,0 +1,101 @@
+"""Prometheus metrics of one server (prometheus-client, text exposition format 0.0.4).
+
+Each app owns its registry, so several servers (or tests) in one process do not share counts.
+With ``--workers N`` every worker process counts its own requests; the ``pid`` in ``/v1/model``
+and in each scrape's ``peregrine_process_info`` says which one answered.
+"""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    disable_created_metrics,
+    generate_latest,
+)
+
+disable_created_metrics()  # the *_created series double the scrape and say nothing here
+
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536)
+
+
+class Metrics:
+    def __init__(self, content_hash: str | None, source: str) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "peregrine_requests",
+            "HTTP requests answered, by route, method, format and status",
+            ["route", "method", "format", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "peregrine_request_duration_seconds",
+            "Time from the request's arrival to its response body, scoring routes",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.errors = Counter(
+            "peregrine_errors",
+            "Requests answered with an error, by kind (the error type)",
+            ["kind"],
+            registry=r,
+        )
+        self.model_calls = Counter(
+            "peregrine_model_calls",
+            "Calls of the compiled model (one per batch)",
+            ["method"],
+            registry=r,
+        )
+        self.model_seconds = Histogram(
+            "peregrine_model_call_seconds",
+            "Duration of one call of the compiled model",
+            ["method"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_rows = Histogram(
+            "peregrine_batch_rows", "Rows per model call", buckets=ROW_BUCKETS, registry=r
+        )
+        self.batch_requests = Histogram(
+            "peregrine_batch_requests",
+            "Requests coalesced into one model call",
+            buckets=ROW_BUCKETS,
+            registry=r,
+        )
+        self.rows = Counter("peregrine_rows_scored", "Rows scored", ["method"], registry=r)
+        self.queue_rows = Gauge("peregrine_queue_rows", "Rows waiting for the model", registry=r)
+        info = Info("peregrine_process", "The model this process serves", registry=r)
+        info.info({"content_hash": content_hash or "", "source": source, "pid": str(os.getpid())})
+
+    def on_call(self, method: str, rows: int, requests: int, seconds: float) -> None:
+        self.model_calls.labels(method).inc()
+        self.model_seconds.labels(method).observe(seconds)
+        self.batch_rows.observe(rows)
+        self.batch_requests.observe(requests)
+        self.rows.labels(method).inc(rows)
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

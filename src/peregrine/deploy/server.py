@@ -1,0 +1,91 @@
+"""Run the app under uvicorn: bind (loopback unless told otherwise), one or N worker processes,
+graceful shutdown on SIGTERM/SIGINT (uvicorn stops accepting, answers the requests it accepted,
+then the app's lifespan drains the batcher)."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import sys
+
+from peregrine.deploy.app import CONFIG_ENV, ServeConfig, create_app
+from peregrine.errors import PeregrineError
+
+
+class RemoteBindRefused(PeregrineError):
+    """A non-loopback address was asked for without ``allow_remote``."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a name: resolve it and require every address to be loopback
+        try:
+            infos = socket.getaddrinfo(host, None)
+        except OSError:
+            return False
+        return bool(infos) and all(ipaddress.ip_address(i[4][0]).is_loopback for i in infos)
+
+
+def serve(
+    config: ServeConfig,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workers: int = 1,
+    allow_remote: bool = False,
+    log_level: str = "info",
+    access_log: bool = False,
+    graceful_timeout: float = 30.0,
+    announce=None,
+) -> None:
+    """Serve ``config.artifact`` until SIGTERM/SIGINT. ``announce(url)`` is called once the
+    socket is bound (the CLI prints it; with ``port=0`` it carries the port the OS chose)."""
+    import uvicorn
+
+    if not allow_remote and not is_loopback(host):
+        raise RemoteBindRefused(
+            f"refusing to listen on {host!r}, which is reachable from other machines; pass "
+            "--allow-remote (and put the server behind TLS and authentication) to do so"
+        )
+    common = dict(
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=access_log,
+        timeout_graceful_shutdown=graceful_timeout,
+        lifespan="on",
+        backlog=4096,
+        server_header=False,
+    )
+    if workers > 1:
+        # each worker process loads the artifact itself (import string + config in its env)
+        create_app(config)  # fail here, once, on a bad artifact rather than in N children
+        os.environ[CONFIG_ENV] = config.to_env()
+        uconfig = uvicorn.Config(
+            "peregrine.deploy.app:app_from_env", factory=True, workers=workers, **common
+        )
+    else:
+        uconfig = uvicorn.Config(create_app(config), **common)
+    sock = uconfig.bind_socket()
+    bound = sock.getsockname()
+    shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+    if announce is not None:
+        announce(f"http://{shown}:{bound[1]}")
+    server = uvicorn.Server(uconfig)
+    try:
+        if workers > 1:
+            from uvicorn.supervisors import Multiprocess
+
+            Multiprocess(uconfig, sockets=[sock]).run()
+        else:
+            server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sock.close()
+    if workers == 1 and not server.started:
+        sys.exit(3)  # uvicorn's STARTUP_FAILURE: the lifespan failed
