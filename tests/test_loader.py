@@ -30,7 +30,8 @@ def files(tmp_path_factory):
     m.booster_.save_model(str(d / "m.txt"))
     out["lgb"] = (m, [d / "m.txt"])
     catboost = pytest.importorskip("catboost")
-    m = catboost.CatBoostClassifier(iterations=5, depth=3, verbose=0).fit(X, y)
+    m = catboost.CatBoostClassifier(iterations=5, depth=3, verbose=0,
+                                   allow_writing_files=False).fit(X, y)
     m.save_model(str(d / "m.cbm"))
     m.save_model(str(d / "m_cb.json"), format="json")
     out["cb"] = (m, [d / "m.cbm", d / "m_cb.json"])

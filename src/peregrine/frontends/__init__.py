@@ -30,6 +30,7 @@ _MODULES = (
     ("peregrine.frontends.sklearn_meta", "sklearn"),
     ("peregrine.frontends.xgboost", "xgboost"),
     ("peregrine.frontends.lightgbm", "lightgbm"),
+    ("peregrine.frontends.catboost", "catboost"),
 )
 _loaded = False
 
