@@ -1,21 +1,32 @@
-"""Serving compiled models over HTTP (``peregrine serve``): a Starlette app under uvicorn with
-dynamic batching, Prometheus metrics and bounded queues. Needs the ``serve`` extra
-(``pip install 'peregrine-ml[serve]'``); ``import peregrine`` does not import it.
+"""Running compiled models outside the process that compiled them.
 
->>> from peregrine.deploy import ServeConfig, create_app, serve
+- ``peregrine serve`` (``app``, ``batcher``, ``formats``, ``metrics``, ``server``): an HTTP
+  scoring server on uvicorn + Starlette with dynamic batching; needs the ``serve`` extra.
+- ``artifacts``: artifact bytes shipped to workers (Dask, Spark) and loaded once per process.
+
+``import peregrine`` imports none of this; the names below load their module on first use.
+
+>>> from peregrine.deploy import ServeConfig, serve
 >>> serve(ServeConfig("model.peregrine", max_batch=512, max_delay_ms=1), port=8000)
 """
 
-from peregrine.deploy.app import ServeConfig, create_app
-from peregrine.deploy.batcher import Batcher, QueueFull
-from peregrine.deploy.server import RemoteBindRefused, is_loopback, serve
+from __future__ import annotations
 
-__all__ = [
-    "Batcher",
-    "QueueFull",
-    "RemoteBindRefused",
-    "ServeConfig",
-    "create_app",
-    "is_loopback",
-    "serve",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ServeConfig": "app", "create_app": "app",
+    "Batcher": "batcher", "QueueFull": "batcher",
+    "RemoteBindRefused": "server", "is_loopback": "server", "serve": "server",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'peregrine.deploy' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"peregrine.deploy.{module}"), name)
+
+
+__all__ = sorted(_EXPORTS)
