@@ -1,0 +1,454 @@
+"""Serving and batch-scoring benchmark for issue #16 (run by hand, not a test), 127.0.0.1 only.
+
+    .venv/bin/python benchmarks/bench_serve.py --duration 15 --bulk-rows 1000000 \
+        --dask-rows 2000000 --json /tmp/bench_serve.json
+
+Parts (each bounded by --duration or a row count):
+1. ceiling: the same stack (uvicorn + Starlette, uvloop/httptools, one process) with an empty
+   handler that reads the body and returns a constant JSON answer;
+2. single-row JSON predict_proba, 64 concurrent connections, XGBoost 500 trees x depth 8:
+   ``peregrine serve`` vs the same stack calling ``xgboost``'s ``predict_proba`` per request
+   (a plain sync Starlette endpoint, run in its thread pool, as a user would write it);
+   p50/p99, failures, and the server's model calls vs requests from /metrics;
+3. bulk: --bulk-rows rows posted as 10K-row Arrow IPC bodies (4 concurrent clients) vs the
+   compiled model in-process on the same 10K-row blocks;
+4. Dask: 2-worker LocalCluster (1 thread each) scoring Parquet in >= 8 partitions with
+   ``peregrine.dask.predict`` vs ``map_partitions`` with the source model (nthread=1 in each).
+
+The load generator for 1-2 is ``wrk`` (Debian package ``wrk``; compiled C, so it takes little of
+the two cores it shares with the server); part 3 uses an httpx client (bodies of 2 MB: the client
+costs little next to the server). Every figure is also given as a fraction of the ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+N_FEATURES = 28
+CONNECTIONS = 64
+
+
+# --------------------------------------------------------------------------------- apps --
+def _empty_app():
+    from starlette.applications import Starlette
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    answer = b'{"predictions":[[0.5,0.5]],"classes":[0,1]}'
+
+    async def handler(request):
+        await request.body()
+        return Response(answer, media_type="application/json")
+
+    return Starlette(routes=[Route("/v1/predict_proba", handler, methods=["POST"])])
+
+
+def _xgboost_app(model_path: str):
+    import xgboost as xgb
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    model = xgb.XGBClassifier()
+    model.load_model(model_path)
+
+    async def endpoint(request):  # what a user writes: parse, predict off the loop, answer
+        doc = json.loads(await request.body())
+        X = np.asarray(doc["rows"], dtype=np.float64)
+        proba = await run_in_threadpool(model.predict_proba, X)
+        return JSONResponse({"predictions": proba.tolist(), "classes": [0, 1]})
+
+    return Starlette(routes=[Route("/v1/predict_proba", endpoint, methods=["POST"])])
+
+
+def _run_app(kind: str, port: int, model_path: str | None) -> None:
+    import uvicorn
+
+    app = _empty_app() if kind == "empty" else _xgboost_app(model_path)
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+# ------------------------------------------------------------------------------- helpers --
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_ready(url: str, timeout: float = 120) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx.post(f"{url}/v1/predict_proba", json={"rows": [[0.0] * N_FEATURES]}, timeout=5)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def _start(cmd: list[str], env=None) -> subprocess.Popen:
+    return subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _wrk(url: str, rows: np.ndarray, duration: float, connections: int = CONNECTIONS) -> dict:
+    """wrk -t1: requests/s, p50/p99 (ms), failures (non-2xx + socket errors), requests."""
+    bodies = [json.dumps({"rows": [r.tolist()]}) for r in rows[:256]]
+    lua = ["bodies = {"]
+    lua += ["  " + json.dumps(b) + "," for b in bodies]  # JSON strings are valid Lua strings
+    lua += [
+        "}",
+        "i = 0",
+        'wrk.method = "POST"',
+        'wrk.headers["Content-Type"] = "application/json"',
+        "request = function()",
+        "  i = (i % #bodies) + 1",
+        "  return wrk.format(nil, nil, nil, bodies[i])",
+        "end",
+        "done = function(summary, latency, requests)",
+        '  io.write(string.format("JSON {\\"requests\\": %d, \\"non2xx\\": %d, '
+        '\\"connect\\": %d, \\"read\\": %d, \\"write\\": %d, \\"timeout\\": %d, '
+        '\\"p50_ms\\": %.3f, \\"p99_ms\\": %.3f, \\"seconds\\": %.3f}\\n", '
+        "summary.requests, summary.errors.status, summary.errors.connect, "
+        "summary.errors.read, summary.errors.write, summary.errors.timeout, "
+        "latency:percentile(50) / 1000, latency:percentile(99) / 1000, "
+        "summary.duration / 1e6))",
+        "end",
+    ]
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write("\n".join(lua))
+        script = f.name
+    try:
+        out = subprocess.run(
+            [
+                "wrk",
+                "-t1",
+                f"-c{connections}",
+                f"-d{duration:.0f}s",
+                "--timeout",
+                "5s",
+                "-s",
+                script,
+                f"{url}/v1/predict_proba",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=duration + 60,
+            check=True,
+        ).stdout
+    finally:
+        os.unlink(script)
+    doc = json.loads(re.search(r"^JSON (.*)$", out, re.M).group(1))
+    failures = doc["non2xx"] + doc["connect"] + doc["read"] + doc["write"] + doc["timeout"]
+    return {
+        "rps": doc["requests"] / doc["seconds"],
+        "p50_ms": doc["p50_ms"],
+        "p99_ms": doc["p99_ms"],
+        "requests": doc["requests"],
+        "failures": failures,
+    }
+
+
+def _metric(text: str, name: str) -> float:
+    return sum(
+        float(m.group(1)) for m in re.finditer(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+    )
+
+
+# ----------------------------------------------------------------------------- model --
+def _model(workdir: str, trees: int, depth: int):
+    import xgboost as xgb
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20000, N_FEATURES)).astype(np.float32)
+    y = ((X[:, 0] * X[:, 1] + np.sin(X[:, 2]) + 0.3 * rng.normal(size=len(X))) > 0).astype(int)
+    model = xgb.XGBClassifier(
+        n_estimators=trees, max_depth=depth, tree_method="hist", random_state=0, n_jobs=2
+    ).fit(X, y)
+    path = os.path.join(workdir, "xgb.json")
+    model.save_model(path)
+    return model, path, X
+
+
+# ------------------------------------------------------------------------------- parts --
+def bench_http(args, workdir: str, model, model_json: str, artifact: str, X) -> dict:
+    res = {}
+    me = [sys.executable, os.path.abspath(__file__)]
+    for kind in ("empty", "xgboost"):
+        port = _free_port()
+        proc = _start(me + ["--app", kind, "--port", str(port), "--model", model_json])
+        try:
+            url = f"http://127.0.0.1:{port}"
+            _wait_ready(url)
+            _wrk(url, X, 2)  # warm-up
+            res[kind] = _wrk(url, X, args.duration)
+        finally:
+            _stop(proc)
+        print(f"  {kind}: {res[kind]}", flush=True)
+    proc = _start(
+        [
+            sys.executable,
+            "-m",
+            "peregrine.cli",
+            "serve",
+            artifact,
+            "--port",
+            "0",
+            "--max-batch",
+            str(args.max_batch),
+            "--max-delay-ms",
+            str(args.max_delay_ms),
+            "--log-level",
+            "warning",
+        ]
+    )
+    try:
+        url = None
+        for line in proc.stderr:
+            m = re.search(r"listening on (http://\S+)", line)
+            if m:
+                url = m.group(1)
+                break
+        _wait_ready(url)
+        _wrk(url, X, 2)
+        import httpx
+
+        before = httpx.get(f"{url}/metrics").text
+        res["peregrine"] = _wrk(url, X, args.duration)
+        after = httpx.get(f"{url}/metrics").text
+        calls = _metric(after, "peregrine_model_calls_total") - _metric(
+            before, "peregrine_model_calls_total"
+        )
+        reqs = _metric(after, "peregrine_requests_total") - _metric(
+            before, "peregrine_requests_total"
+        )
+        res["peregrine"].update(model_calls=calls, server_requests=reqs)
+        # exactness spot check through the server
+        r = httpx.post(f"{url}/v1/predict_proba", json={"rows": X[:100].tolist()}, timeout=30)
+        np.testing.assert_allclose(
+            r.json()["predictions"], model.predict_proba(X[:100]), 1e-5, 1e-6
+        )
+        if args.bulk_rows:
+            res["bulk"] = bench_bulk(url, artifact, X, args.bulk_rows)
+    finally:
+        _stop(proc)
+    print(f"  peregrine: {res['peregrine']}", flush=True)
+    return res
+
+
+def bench_bulk(url: str, artifact: str, X, total_rows: int) -> dict:
+    import httpx
+    import pyarrow as pa
+
+    import peregrine
+
+    block = np.resize(X, (10_000, N_FEATURES)).astype(np.float64)
+    table = pa.Table.from_arrays(
+        [pa.array(block[:, j]) for j in range(N_FEATURES)],
+        names=[f"f{j}" for j in range(N_FEATURES)],
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    body = sink.getvalue().to_pybytes()
+    n_requests = max(1, total_rows // 10_000)
+    headers = {"Content-Type": "application/vnd.apache.arrow.stream"}
+
+    async def run() -> tuple[float, int]:
+        failures = 0
+        sem = asyncio.Semaphore(4)
+        async with httpx.AsyncClient(timeout=120) as client:
+
+            async def one():
+                nonlocal failures
+                async with sem:
+                    r = await client.post(f"{url}/v1/predict_proba", content=body, headers=headers)
+                    if r.status_code != 200:
+                        failures += 1
+                    else:
+                        pa.ipc.open_stream(r.content).read_all()
+
+            await one()  # warm-up
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one() for _ in range(n_requests)))
+            return time.perf_counter() - t0, failures
+
+    seconds, failures = asyncio.run(run())
+    compiled = peregrine.load(artifact)
+    compiled.predict_proba(block)
+    t0 = time.perf_counter()
+    for _ in range(n_requests):
+        compiled.predict_proba(block)
+    local = time.perf_counter() - t0
+    rows = n_requests * 10_000
+    out = {
+        "rows": rows,
+        "http_rows_per_s": rows / seconds,
+        "inproc_rows_per_s": rows / local,
+        "fraction": local / seconds,
+        "failures": failures,
+    }
+    print(f"  bulk: {out}", flush=True)
+    return out
+
+
+def bench_dask(args, workdir: str, model, model_json: str, X) -> dict:
+    import dask.dataframe as dd
+    import pandas as pd
+    import xgboost as xgb
+    from distributed import Client, LocalCluster
+
+    import peregrine
+    import peregrine.dask
+
+    cols = [f"f{j}" for j in range(N_FEATURES)]
+    rows = args.dask_rows
+    parts = max(8, rows // 250_000)
+    pq = os.path.join(workdir, "rows")
+    os.makedirs(pq)
+    per = rows // parts
+    for i in range(parts):
+        block = np.resize(np.roll(X, i, axis=0), (per, N_FEATURES))
+        pd.DataFrame(block, columns=cols).to_parquet(os.path.join(pq, f"part-{i:03d}.parquet"))
+    named = xgb.XGBClassifier()
+    named.load_model(model_json)
+    compiled = peregrine.compile(
+        named, backend="native", options=peregrine.CompileOptions(n_threads=1)
+    )
+
+    def source_partition(df, path=model_json):
+        m = xgb.XGBClassifier(n_jobs=1)
+        m.load_model(path)  # a user's map_partitions: the model loaded per partition
+        return pd.DataFrame(m.predict_proba(df.to_numpy()), index=df.index, columns=["0", "1"])
+
+    res = {"rows": per * parts, "partitions": parts}
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address=None,
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        ddf = dd.read_parquet(pq)
+        assert ddf.npartitions >= 8
+        meta = pd.DataFrame({"0": np.float32([]), "1": np.float32([])})
+        t0 = time.perf_counter()
+        ours = peregrine.dask.predict(compiled, ddf, method="predict_proba").compute()
+        res["peregrine_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        theirs = ddf.map_partitions(source_partition, meta=meta).compute()
+        res["source_s"] = time.perf_counter() - t0
+        res["speedup"] = res["source_s"] / res["peregrine_s"]
+        res["max_abs_diff"] = float(np.abs(ours.to_numpy() - theirs.to_numpy()).max())
+        res["identical"] = bool((ours.to_numpy() == theirs.to_numpy()).all())
+        res["kernel_builds_per_worker"] = list(
+            sum(c.values()) for c in client.run(peregrine.dask.load_counts).values()
+        )
+    print(f"  dask: {res}", flush=True)
+    return res
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--duration", type=float, default=15.0, help="seconds per wrk run")
+    p.add_argument("--trees", type=int, default=500)
+    p.add_argument("--depth", type=int, default=8)
+    p.add_argument("--max-batch", type=int, default=1024)
+    p.add_argument("--max-delay-ms", type=float, default=2.0)
+    p.add_argument("--bulk-rows", type=int, default=1_000_000)
+    p.add_argument("--dask-rows", type=int, default=10_000_000)
+    p.add_argument("--skip", nargs="*", default=[], choices=["http", "dask"])
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--app", choices=["empty", "xgboost"], help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--model", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.app:
+        _run_app(args.app, args.port, args.model)
+        return
+    if shutil.which("wrk") is None and "http" not in args.skip:
+        sys.exit("wrk is not installed: apt-get install wrk (or --skip http)")
+    import peregrine
+
+    results: dict = {"machine": _machine(), "load_at_start": os.getloadavg()[0]}
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as workdir:
+        t0 = time.perf_counter()
+        model, model_json, X = _model(workdir, args.trees, args.depth)
+        artifact = os.path.join(workdir, "xgb.peregrine")
+        peregrine.compile(model, backend="native").save(artifact)
+        print(f"model trained and compiled in {time.perf_counter() - t0:.1f} s", flush=True)
+        if "http" not in args.skip:
+            results["http"] = bench_http(args, workdir, model, model_json, artifact, X)
+        if "dask" not in args.skip:
+            results["dask"] = bench_dask(args, workdir, model, model_json, X)
+    results["load_at_end"] = os.getloadavg()[0]
+    print(json.dumps(results, indent=1))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+def _machine() -> dict:
+    import starlette
+    import uvicorn
+    import xgboost
+
+    import peregrine
+
+    cpu = platform.processor()
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+        cpu = re.search(r"Model name:\s*(.*)", lscpu).group(1).strip()
+    except (OSError, AttributeError):
+        pass
+    versions = {
+        "python": platform.python_version(),
+        "peregrine": peregrine.__version__,
+        "xgboost": xgboost.__version__,
+        "uvicorn": uvicorn.__version__,
+        "starlette": starlette.__version__,
+        "numpy": np.__version__,
+    }
+    for mod in ("uvloop", "httptools", "dask", "distributed", "pyarrow"):
+        try:
+            versions[mod] = __import__(mod).__version__
+        except ImportError:
+            pass
+    wrk = subprocess.run(["wrk", "-v"], capture_output=True, text=True)
+    versions["wrk"] = (wrk.stdout + wrk.stderr).split("\n")[0][:40]
+    return {"cpu": cpu, "cores": os.cpu_count(), "versions": versions}
+
+
+if __name__ == "__main__":
+    main()
