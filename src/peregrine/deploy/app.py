@@ -206,12 +206,7 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
                 log.exception("scoring %s failed", method)
                 status, kind = 500, "InternalError"
                 response = _error(500, f"internal error: {type(exc).__name__}: {exc}", kind)
-        metrics.requests.labels("score", method, fmt, str(status)).inc()
-        if kind:
-            metrics.errors.labels(kind).inc()
-        else:
-            metrics.latency.labels(method).observe(time.perf_counter() - t0)
-        metrics.queue_rows.set(batcher.queued_rows)
+        metrics.request_done(method, fmt, status, kind, time.perf_counter() - t0)
         return response
 
     async def healthz(request: Request) -> Response:

@@ -90,6 +90,22 @@ class Metrics:
         info = Info("peregrine_process", "The model this process serves", registry=r)
         info.info({"content_hash": content_hash or "", "source": source, "pid": str(os.getpid())})
 
+        self._children: dict[tuple, tuple] = {}  # labelled children, looked up once
+
+    def request_done(self, method: str, fmt: str, status: int, kind: str, seconds: float) -> None:
+        key = (method, fmt, status, kind)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.requests.labels("score", method, fmt, str(status)),
+                self.errors.labels(kind) if kind else self.latency.labels(method),
+            )
+        children[0].inc()
+        if kind:
+            children[1].inc()
+        else:
+            children[1].observe(seconds)
+
     def on_call(self, method: str, rows: int, requests: int, seconds: float) -> None:
         self.model_calls.labels(method).inc()
         self.model_seconds.labels(method).observe(seconds)
