@@ -12,7 +12,9 @@ Parts (each bounded by --duration or a row count):
    p50/p99, failures, and the server's model calls vs requests from /metrics;
 3. bulk: --bulk-rows rows posted as 10K-row Arrow IPC bodies (4 concurrent clients) vs the
    compiled model in-process on the same 10K-row blocks;
-4. Dask: 2-worker LocalCluster (1 thread each) scoring Parquet in >= 8 partitions with
+4. soak: --soak seconds at --rate requests/s, the server's RSS at start and end, then SIGTERM
+   under load (no accepted request may be lost);
+5. Dask: 2-worker LocalCluster (1 thread each) scoring Parquet in >= 8 partitions with
    ``peregrine.dask.predict`` vs ``map_partitions`` with the source model (nthread=1 in each).
 
 The load generator for 1-2 is ``wrk`` (Debian package ``wrk``; compiled C, so it takes little of
@@ -320,6 +322,82 @@ def bench_bulk(url: str, artifact: str, X, total_rows: int) -> dict:
     return out
 
 
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) / 1024
+
+
+def bench_soak(args, artifact: str, X) -> dict:
+    """--soak seconds at --rate requests/s (single-row JSON, one async client), resident memory
+    of the server at the start and the end, then SIGTERM under the same load: requests on
+    established connections must all be answered (refused connections after it are expected).
+    """
+    import httpx
+
+    proc = _start(
+        [
+            sys.executable,
+            "-m",
+            "peregrine.cli",
+            "serve",
+            artifact,
+            "--port",
+            "0",
+            "--log-level",
+            "warning",
+        ]
+    )
+    url = None
+    for line in proc.stderr:
+        m = re.search(r"listening on (http://\S+)", line)
+        if m:
+            url = m.group(1)
+            break
+    _wait_ready(url)
+    bodies = [json.dumps({"rows": [r.tolist()]}).encode() for r in X[:256]]
+    headers = {"Content-Type": "application/json"}
+    out: dict = {"rate": args.rate, "seconds": args.soak}
+
+    async def load(seconds: float, stop_at: float | None = None) -> dict:
+        counts = {"ok": 0, "refused": 0, "lost": 0, "other": 0}
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+
+            async def one(i: int) -> None:
+                try:
+                    r = await client.post(
+                        f"{url}/v1/predict_proba", content=bodies[i % 256], headers=headers
+                    )
+                    counts["ok" if r.status_code == 200 else "other"] += 1
+                except httpx.ConnectError:
+                    counts["refused"] += 1  # not accepted: the server had stopped listening
+                except httpx.TransportError:
+                    counts["lost"] += 1  # accepted, then dropped: must never happen
+
+            tasks, t0, i = [], time.perf_counter(), 0
+            while time.perf_counter() - t0 < seconds:
+                tasks.append(asyncio.ensure_future(one(i)))
+                i += 1
+                if stop_at is not None and time.perf_counter() - t0 >= stop_at:
+                    proc.send_signal(signal.SIGTERM)
+                    stop_at = None
+                await asyncio.sleep(max(0.0, t0 + i / args.rate - time.perf_counter()))
+            await asyncio.gather(*tasks)
+        return counts
+
+    try:
+        asyncio.run(load(2))  # warm-up
+        out["rss_start_mb"] = _rss_mb(proc.pid)
+        out["soak"] = asyncio.run(load(args.soak))
+        out["rss_end_mb"] = _rss_mb(proc.pid)
+        out["sigterm"] = asyncio.run(load(4, stop_at=2))
+        out["exit"] = proc.wait(60)
+    finally:
+        _stop(proc)
+    print(f"  soak: {out}", flush=True)
+    return out
+
+
 def bench_dask(args, workdir: str, model, model_json: str, X) -> dict:
     import dask.dataframe as dd
     import pandas as pd
@@ -388,7 +466,9 @@ def main() -> None:
     p.add_argument("--max-delay-ms", type=float, default=2.0)
     p.add_argument("--bulk-rows", type=int, default=1_000_000)
     p.add_argument("--dask-rows", type=int, default=10_000_000)
-    p.add_argument("--skip", nargs="*", default=[], choices=["http", "dask"])
+    p.add_argument("--soak", type=float, default=600.0, help="soak seconds at --rate")
+    p.add_argument("--rate", type=float, default=500.0, help="soak requests per second")
+    p.add_argument("--skip", nargs="*", default=[], choices=["http", "soak", "dask"])
     p.add_argument("--json", help="write the results here")
     p.add_argument("--app", choices=["empty", "xgboost"], help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
@@ -410,6 +490,8 @@ def main() -> None:
         print(f"model trained and compiled in {time.perf_counter() - t0:.1f} s", flush=True)
         if "http" not in args.skip:
             results["http"] = bench_http(args, workdir, model, model_json, artifact, X)
+        if "soak" not in args.skip:
+            results["soak"] = bench_soak(args, artifact, X)
         if "dask" not in args.skip:
             results["dask"] = bench_dask(args, workdir, model, model_json, X)
     results["load_at_end"] = os.getloadavg()[0]
