@@ -23,7 +23,7 @@ RTOL, ATOL = 1e-5, 1e-6
 COLUMNS = [f"f{j}" for j in range(8)]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def client():
     with (
         distributed.LocalCluster(
@@ -50,7 +50,13 @@ def xgb_model():
     return model, X
 
 
-def test_dataframe_partitions_match_the_source_model(client, xgb_model, tmp_path):
+def test_on_a_local_cluster(client, xgb_model, tmp_path):
+    """One test, so one cluster per test run (xdist would start one per worker otherwise)."""
+    _dataframe_partitions_match_the_source_model(client, xgb_model, tmp_path)
+    _arrays_chunked_any_way_match_the_source_model(xgb_model)
+
+
+def _dataframe_partitions_match_the_source_model(client, xgb_model, tmp_path):
     model, X = xgb_model
     df = pd.DataFrame(X, columns=COLUMNS, index=np.arange(10_000, 10_000 + len(X)))
     ddf = dd.from_pandas(df[COLUMNS[::-1]], npartitions=9)  # reordered: matched by name
@@ -72,7 +78,7 @@ def test_dataframe_partitions_match_the_source_model(client, xgb_model, tmp_path
     assert all(c.get(key) == 1 for c in counts.values()), counts
 
 
-def test_arrays_chunked_any_way_match_the_source_model(client, xgb_model):
+def _arrays_chunked_any_way_match_the_source_model(xgb_model):
     model, X = xgb_model
     compiled = peregrine.compile(model, backend="native")
     arr = da.from_array(X, chunks=(1000, 3))  # chunked along columns too: rechunked to rows

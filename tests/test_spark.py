@@ -31,7 +31,13 @@ def xgb_model():
     return model, df
 
 
-def test_udf_matches_the_source_model(spark, xgb_model, tmp_path):  # noqa: F811
+def test_udfs_on_a_local_session(spark, xgb_model, tmp_path):  # noqa: F811
+    """One test, so one JVM per test run (xdist would start one per worker otherwise)."""
+    _udf_matches_the_source_model(spark, xgb_model, tmp_path)
+    _udf_with_strings_and_a_source_model(spark)
+
+
+def _udf_matches_the_source_model(spark, xgb_model, tmp_path):  # noqa: F811
     model, df = xgb_model
     path = tmp_path / "m.peregrine"
     peregrine.compile(model, backend="native").save(path)
@@ -54,7 +60,7 @@ def test_udf_matches_the_source_model(spark, xgb_model, tmp_path):  # noqa: F811
     np.testing.assert_allclose(np.stack(out2["p"].to_numpy()), model.predict_proba(df), RTOL, ATOL)
 
 
-def test_udf_with_strings_and_a_source_model(spark):  # noqa: F811
+def _udf_with_strings_and_a_source_model(spark):  # noqa: F811
     from sklearn.compose import ColumnTransformer
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
@@ -84,13 +90,14 @@ def test_udf_with_strings_and_a_source_model(spark):  # noqa: F811
         bad.select(udf()).collect()
 
 
-def test_bad_arguments_raise_typed_errors(xgb_model, spark):  # noqa: F811
+def test_bad_arguments_raise_typed_errors(xgb_model):
+    """Checked on the driver, before any Spark session is needed."""
     model, df = xgb_model
     compiled = peregrine.compile(model, backend="native")
     with pytest.raises(peregrine.InputError, match="transform"):
-        peregrine.spark.predict_udf(compiled, method="transform", spark=spark)
+        peregrine.spark.predict_udf(compiled, method="transform")
     nameless = xgb.XGBClassifier(n_estimators=3).fit(df.to_numpy(), np.arange(len(df)) % 2)
-    udf = peregrine.spark.predict_udf(peregrine.compile(nameless, backend="native"), spark=spark)
+    udf = peregrine.spark.predict_udf(peregrine.compile(nameless, backend="native"))
     with pytest.raises(peregrine.InputError, match="feature names"):
         udf()
 
