@@ -43,6 +43,7 @@ def _udf_matches_the_source_model(spark, xgb_model, tmp_path):  # noqa: F811
     peregrine.compile(model, backend="native").save(path)
     proba = peregrine.spark.predict_udf(str(path), spark=spark)
     labels = peregrine.spark.predict_udf(str(path), method="predict", spark=spark)
+    assert proba.broadcast is not None  # the artifact bytes go out as a broadcast variable
     sdf = spark.createDataFrame(df[COLUMNS[::-1]].assign(id=np.arange(len(df)))).repartition(3)
     out = (
         sdf.select("id", proba().alias("proba"), labels().alias("label"))

@@ -35,13 +35,13 @@ class _Shipped:
         self.key = key
         self.broadcast = None
         self.data: bytes | None = data
-        context = getattr(spark, "sparkContext", None) if spark is not None else None
-        if context is not None:
-            try:
-                self.broadcast = context.broadcast(data)
-                self.data = None
-            except Exception:  # noqa: BLE001 - Spark Connect raises here: ship bytes instead
-                self.broadcast = None
+        if spark is None:
+            return
+        try:  # Spark Connect sessions have no SparkContext (accessing it raises)
+            self.broadcast = spark.sparkContext.broadcast(data)
+            self.data = None
+        except Exception:  # noqa: BLE001 - then the bytes travel inside the UDF
+            self.broadcast = None
 
     def value(self) -> bytes:
         return self.broadcast.value if self.broadcast is not None else self.data
@@ -137,6 +137,7 @@ def predict_udf(
 
     udf.__doc__ = f"{method} of {local}: udf(*columns) -> Column"
     udf.return_type = return_type  # type: ignore[attr-defined]
+    udf.broadcast = shipped.broadcast  # type: ignore[attr-defined]  (None: bytes in the UDF)
     return udf
 
 
