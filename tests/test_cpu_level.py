@@ -14,7 +14,7 @@ PROBE = """
 import numpy as np, torch
 from sklearn.ensemble import RandomForestClassifier
 import peregrine
-from peregrine.backends.native.jit import Target
+from peregrine.kernels.jit import Target
 t = Target.host()
 print(t.cpu, t.isa, t.simd_bytes, torch.backends.cpu.get_cpu_capability())
 rng = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""Fused row-wise kernels (backends/native/rowwise.py, fused.py) behind the torch backend on
+"""Fused row-wise kernels (kernels/rowwise.py, fused.py) behind the torch backend on
 CPU: same answers as scikit-learn, the reference backend and the op-by-op torch program, on
 float32 and float64, odd row counts, several threads, NaN/inf where the source takes them,
 and the same typed errors where it does not."""
@@ -33,9 +33,9 @@ from sklearn.svm import LinearSVC  # noqa: E402
 
 import peregrine  # noqa: E402
 from peregrine import CompileOptions  # noqa: E402
-from peregrine.backends.native.fused import RowKernel  # noqa: E402
 from peregrine.backends.torch.module import FusedProgram, GraphProgram  # noqa: E402
 from peregrine.errors import InputError  # noqa: E402
+from peregrine.kernels.fused import RowKernel  # noqa: E402
 
 RNG = np.random.default_rng(7)
 X_FIT = RNG.normal(size=(400, 6)) * [1, 10, 0.1, 3, 1, 100] + [0, 5, 0, -2, 0, 1000]
@@ -234,7 +234,7 @@ def test_option_round_trips_through_artifacts(tmp_path):
 
 
 def test_without_llvmlite_the_torch_backend_still_works(monkeypatch):
-    monkeypatch.setitem(sys.modules, "peregrine.backends.native.fused", None)  # import fails
+    monkeypatch.setitem(sys.modules, "peregrine.kernels.fused", None)  # import fails
     est = MODELS["scaler-logreg"]()
     cm = peregrine.compile(est, backend="torch")
     assert not _fused(cm)

@@ -21,10 +21,10 @@ from sklearn.svm import SVC, SVR, OneClassSVM
 from sklearn.utils.multiclass import _ovr_decision_function
 
 import peregrine
-from peregrine.backends.reference import evaluate
 from peregrine.backends.torch.ops import lower_node
 from peregrine.errors import InputError, UnsupportedModelError
 from peregrine.ir import GraphBuilder, Op
+from peregrine.ir.semantics import evaluate
 from peregrine.options import CompileOptions
 
 

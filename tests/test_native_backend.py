@@ -14,8 +14,9 @@ import pytest
 pytest.importorskip("llvmlite")
 
 import peregrine  # noqa: E402
-from peregrine.backends import reference  # noqa: E402
-from peregrine.backends.native import NativeBackend, Schedule, compile_spec, jit  # noqa: E402
+from peregrine.backends.native import NativeBackend, Schedule, compile_spec  # noqa: E402
+from peregrine.kernels import jit  # noqa: E402
+from peregrine.backends.native import tune as native_schedule  # noqa: E402
 from peregrine.errors import InputError, UnsupportedModelError  # noqa: E402
 from peregrine.ir import (  # noqa: E402
     Aggregation,
@@ -26,11 +27,11 @@ from peregrine.ir import (  # noqa: E402
     bitset_from_categories,
     concat_trees,
     make_forest,
+    semantics,  # noqa: E402
 )
 from peregrine.ir.spec import MethodSpec, ModelSpec  # noqa: E402
 from peregrine.options import CompileOptions  # noqa: E402
 from peregrine.runtime.compiled import build  # noqa: E402
-from peregrine.tune import native_schedule  # noqa: E402
 
 RTOL, ATOL = 1e-5, 1e-6
 SPECIALS = [np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-36, -1e-36, 1e-35, 1.0, -1.0, 0.5, -0.5,
@@ -107,10 +108,8 @@ def model_spec(forest, chain=(), allow_nan=True):
     g = GraphBuilder()
     node = g.add(Op.TREE_ENSEMBLE, (g.input(forest.n_features),), width=forest.n_outputs,
                  forest=forest)
-    width = forest.n_outputs
-    for op, attrs in chain:
-        width = 2 if op is Op.BINARY_PROBA else width
-        node = g.add(op, (node,), width=width, **attrs)
+    for op, attrs in chain:  # widths and dtypes inferred by the ops
+        node = g.add(op, (node,), **attrs)
     graph = g.build({"predict": node})
     return ModelSpec(graph=graph, methods={"predict": MethodSpec("predict")},
                      n_features=forest.n_features, source="test.Forest", allow_nan=allow_nan)
@@ -121,7 +120,7 @@ def compiled(spec, schedule=None, **options):
 
 
 def expected(spec, X):
-    return reference.evaluate(spec.graph, X, ("predict",))["predict"]
+    return semantics.evaluate(spec.graph, X, ("predict",))["predict"]
 
 
 def check(spec, X, schedule=None, **options):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from peregrine.backends import reference_neighbours as rn
+from peregrine.ir.semantics import neighbours as rn
 
 torch = pytest.importorskip("torch")
 

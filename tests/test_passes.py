@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from peregrine.backends.reference import evaluate
 from peregrine.ir import GraphBuilder, Link, Op, make_forest
+from peregrine.ir.semantics import evaluate
 from peregrine.passes import format_graph, run_passes
 
 
@@ -27,7 +27,7 @@ def test_identity_links_and_affine_chains_fold_without_changing_bits():
     out = run_passes(graph)
     ops = [n.op for n in out.nodes]
     assert Op.LINK in ops and ops.count(Op.AFFINE) == 1
-    assert all(n.attrs.get("kind") is not Link.IDENTITY for n in out.nodes if n.op is Op.LINK)
+    assert all(n.attrs.kind is not Link.IDENTITY for n in out.nodes if n.op is Op.LINK)
     X = np.array([[0.0, 1.0], [1.0, 0.0], [np.nan, 2.0]])
     before = evaluate(graph, X, ("predict", "proba"))
     after = evaluate(out, X, ("predict", "proba"))
@@ -50,10 +50,12 @@ def test_graph_builder_looks_nodes_up_by_name():
     g = GraphBuilder()
     x = g.input(3)
     a = g.add(Op.AFFINE, (x,), width=3, scale=2.0)
-    u = g.add(Op.AFFINE, (a,), scale=1.0)  # no width recorded
+    u = g.add(Op.AFFINE, (a,), scale=1.0)  # width inferred from the input's
+    k = g.add(Op.LOG_ADD_EXP, (a,), columns=[[0, 1, 2]], starts=[0, 1])  # width not inferable
     assert g.node(a).op is Op.AFFINE and g.width(x) == 3 and g.width(a) == 3
+    assert g.width(u) == 3
     with pytest.raises(ValueError, match="no known width"):
-        g.width(u)
+        g.width(k)
     with pytest.raises(KeyError):
         g.node("nowhere")
 

@@ -21,10 +21,10 @@ from sklearn.ensemble import (
 from sklearn.linear_model import LinearRegression
 
 import peregrine
-from peregrine.backends.reference import evaluate
 from peregrine.errors import InputError, NotFittedError, UnsupportedModelError
 from peregrine.frontends import convert
 from peregrine.ir import GraphBuilder, Op
+from peregrine.ir.semantics import evaluate
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -238,7 +238,7 @@ def test_hgb_numpy_categories_encoded_by_value():
     _same(compiled, model, rows)
     _same(compiled, model, rows.astype(np.float32))
     enc = [n for n in convert(model).graph.nodes if n.op is Op.ORDINAL_ENCODE]
-    assert len(enc) == 1 and list(enc[0].attrs["columns"]) == [0]
+    assert len(enc) == 1 and list(enc[0].attrs.columns) == [0]
 
 
 def test_hgb_only_categorical_features():

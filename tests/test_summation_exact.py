@@ -9,7 +9,7 @@ import pytest
 from sklearn.datasets import make_regression
 
 import peregrine
-from peregrine.backends.reference import forest_leaves
+from peregrine.ir.semantics.trees import forest_leaves
 
 EXACT = ["reference", "native"]
 ROW_COUNTS = (1, 5, 600)  # the one-row path, the few-rows (tree lanes) kernel, the batch kernel
@@ -66,10 +66,10 @@ def test_xgboost_multiclass_margins_bit_exact():
         # the margins (softmax applied by the library in float32 is checked at rtol 1e-5
         # elsewhere); the raw ensemble sum is what this test is about
         spec = compiled.spec
-        from peregrine.backends import reference
+        from peregrine.ir.semantics import trees as reference
 
         (node,) = [n for n in spec.graph.nodes if n.op.value == "tree_ensemble"]
-        got = reference.forest_predict(node.attrs["forest"], X)
+        got = reference.forest_predict(node.attrs.forest, X)
         np.testing.assert_array_equal(got.astype(np.float32), want, err_msg=backend)
 
 

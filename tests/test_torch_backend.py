@@ -4,7 +4,7 @@ Synthetic Forests cover every semantic feature of the Forest decision rule: NaN 
 directions, LightGBM zero-as-missing, categorical splits under both truncation rules, ``<`` with
 float32 library inputs and ``<=`` with float64, vector and grouped leaves, averaging, +-inf
 thresholds. Each is compiled with all three strategies for both backends and compared with
-``reference.evaluate`` on rows holding NaN, +-inf, -0.0, threshold hits and their float32/float64
+``semantics.evaluate`` on rows holding NaN, +-inf, -0.0, threshold hits and their float32/float64
 neighbours, and category codes in and out of range. Leaves reached must be identical (checked
 per tree for the eager module); outputs within rtol 1e-5 / atol 1e-6 (in practice they differ
 only by the summation order of float64 leaf values).
@@ -21,7 +21,6 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from peregrine.backends import reference
 from peregrine.backends.torch import LINKS, LOWERINGS, TorchBackend
 from peregrine.backends.torch import trees as torch_trees
 from peregrine.backends.torchscript import TorchScriptBackend
@@ -35,7 +34,9 @@ from peregrine.ir import (
     bitset_from_categories,
     concat_trees,
     make_forest,
+    semantics,
 )
+from peregrine.ir.semantics import trees
 from peregrine.ir.spec import MethodSpec, ModelSpec
 from peregrine.options import CompileOptions, Precision, TreeStrategy
 from peregrine.runtime.compiled import build
@@ -195,7 +196,7 @@ def check(kind: str, backend: str, strategy: TreeStrategy, X: np.ndarray,
           precision: Precision = Precision.AUTO) -> None:
     exe = executable(kind, backend, strategy, precision)
     options = CompileOptions(precision=precision)
-    want = reference.evaluate(spec(kind).graph, X, OUTPUTS, options)
+    want = semantics.evaluate(spec(kind).graph, X, OUTPUTS, options)
     got = exe.run(X, OUTPUTS)
     where = f"{kind} {backend}/{strategy.value} {X.dtype}"
     for name in OUTPUTS:
@@ -208,7 +209,7 @@ def check(kind: str, backend: str, strategy: TreeStrategy, X: np.ndarray,
     if backend == "torch":  # decisions: the very leaf reached in every tree
         Xn = np.where(X == -999.0, np.nan, X).astype(X.dtype)
         leaves = tree_module(exe).leaf_nodes(torch.from_numpy(Xn)).numpy()
-        ref = reference.forest_leaves(forest(kind), Xn, precision)
+        ref = trees.forest_leaves(forest(kind), Xn, precision)
         np.testing.assert_array_equal(leaves, ref, err_msg=f"{where} leaves")
     else:  # TorchScript runs the same ops: bit-identical to the eager module
         eager = executable(kind, "torch", strategy, precision).run(X, OUTPUTS)
@@ -253,14 +254,14 @@ def test_forced_precision_matches_reference(kind, precision):
     for dtype in ("float64", "float32"):
         for strategy in STRATEGIES:
             exe = executable(kind, "torch", strategy, precision)
-            want = reference.evaluate(spec(kind).graph, X.astype(dtype), ("raw",),
+            want = semantics.evaluate(spec(kind).graph, X.astype(dtype), ("raw",),
                                       CompileOptions(precision=precision))["raw"]
             got = exe.run(X.astype(dtype), ("raw",))["raw"]
             # FLOAT32 also sums leaf values in float32
             tol = 1e-5 if precision is Precision.FLOAT32 else 1e-12
             np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
             leaves = tree_module(exe).leaf_nodes(torch.from_numpy(X.astype(dtype))).numpy()
-            ref = reference.forest_leaves(forest(kind), X.astype(dtype), precision)
+            ref = trees.forest_leaves(forest(kind), X.astype(dtype), precision)
             np.testing.assert_array_equal(leaves, ref)
 
 
@@ -361,7 +362,7 @@ def test_explain_reports_choices():
 
 
 def test_every_reference_op_and_link_has_a_lowering():
-    missing = [op.value for op in reference.RULES if op not in LOWERINGS]
+    missing = [op.value for op in semantics.DEFS if op not in LOWERINGS and op is not Op.INPUT]
     assert not missing, f"ops without a torch lowering: {missing}"
     assert set(LINKS) == set(Link)
 
@@ -390,7 +391,7 @@ def test_replace_with_nan_compare_dtype():
     X[1::3, 2] = float(np.float32(0.1))
     for backend in BACKENDS.values():
         got = backend.compile(s, CompileOptions(), "cpu").run(X, ("raw",))["raw"]
-        want = reference.evaluate(s.graph, X, ("raw",))["raw"]
+        want = semantics.evaluate(s.graph, X, ("raw",))["raw"]
         np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
 
 
@@ -410,7 +411,7 @@ def test_ordinal_encode_matches_reference():
         exe = backend.compile(s, CompileOptions(), "cpu")
         for dtype in ("float64", "float32"):
             got = exe.run(X.astype(dtype), ("enc", "raw"))
-            want = reference.evaluate(s.graph, X.astype(dtype), ("enc", "raw"))
+            want = semantics.evaluate(s.graph, X.astype(dtype), ("enc", "raw"))
             np.testing.assert_array_equal(got["enc"], want["enc"])
             np.testing.assert_allclose(got["raw"], want["raw"], rtol=RTOL, atol=ATOL)
 

@@ -25,7 +25,6 @@ from sklearn.preprocessing import (
 )
 
 import peregrine
-from peregrine.backends.reference import RULES
 from peregrine.errors import InputError, UnsupportedModelError
 from peregrine.ir import Node, Op
 from peregrine.options import CompileOptions
@@ -208,7 +207,7 @@ def test_interp_op_is_np_interp_on_every_backend():
                             for j in range(3)])
     node = Node("i", Op.INTERP, ("X",), {"xp": tuple(xps), "fp": tuple(fps), "left": left,
                                          "right": right}, "float64", 3)
-    got = RULES[Op.INTERP](node, [x], CompileOptions())
+    got = node.attrs.rule(node, [x], CompileOptions())
     np.testing.assert_array_equal(got, want)
     module = Interp(xps, fps, left, right)
     for m in (module, torch.jit.script(module)):

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from peregrine.backends.torch import strategy as heuristics
+from peregrine.backends.torch.strategy import choose_tree_strategy
 from peregrine.ir import make_forest
 from peregrine.options import CompileOptions, TreeStrategy
-from peregrine.tune import heuristics
-from peregrine.tune.heuristics import choose_tree_strategy
 
 
 def complete_forest(n_trees: int, depth: int):
@@ -114,7 +114,7 @@ def test_torch_lowering_warns_on_fallback():
         exe = TorchBackend.compile(spec, options, "cpu")
     assert exe.explain()["strategy"] == "tree_traversal"
     X = np.linspace(-1, 1, 9)[:, None]
-    from peregrine.backends import reference
+    from peregrine.ir import semantics
 
     np.testing.assert_array_equal(exe.run(X, ("raw",))["raw"],
-                                  reference.evaluate(spec.graph, X, ("raw",))["raw"])
+                                  semantics.evaluate(spec.graph, X, ("raw",))["raw"])

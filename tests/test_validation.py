@@ -241,7 +241,7 @@ def test_perturbed_forest_constant_raises(monkeypatch, backend):
         nodes = []
         for node in graph.nodes:
             if node.op is Op.TREE_ENSEMBLE:
-                forest = node.attrs["forest"]
+                forest = node.attrs.forest
                 value = forest.value.copy()
                 first = slice(int(forest.tree_offsets[0]), int(forest.tree_offsets[1]))
                 value[first] += 1e-3

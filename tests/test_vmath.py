@@ -1,4 +1,4 @@
-"""The fused kernels' own vector exp (backends/native/vmath.py) against libm's, ulp by ulp."""
+"""The fused kernels' own vector exp (kernels/vmath.py) against libm's, ulp by ulp."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ pytest.importorskip("llvmlite")
 
 from llvmlite import ir  # noqa: E402
 
-from peregrine.backends.native import jit, vmath  # noqa: E402
-from peregrine.backends.native.irutil import F64, I64, PTR, gep  # noqa: E402
+from peregrine.kernels import jit, vmath  # noqa: E402
+from peregrine.kernels.irutil import F64, I64, PTR, gep  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ import xgboost as xgb
 
 import peregrine
 from peregrine.backends import available_backends
-from peregrine.backends.reference import forest_predict
 from peregrine.errors import InputError, NotFittedError, UnsupportedModelError
 from peregrine.frontends import convert
+from peregrine.ir.semantics.trees import forest_predict
 
 RTOL, ATOL = 1e-5, 1e-6
 

@@ -56,3 +56,9 @@ class ValidationError(PeregrineError):
         self.source = source
         self.rtol = rtol
         self.atol = atol
+
+
+class NonFiniteInput(Exception):  # noqa: N818  (a signal inside the library, never raised out)
+    """Raised by a runner that checks its input itself (``runner(...).checks_finite``) when the
+    input holds a NaN or an infinity the model rejects: the caller then takes its checking path,
+    which says where. Internal: users get the InputError that path raises."""

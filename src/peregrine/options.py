@@ -40,7 +40,7 @@ class CompileOptions:
     Attributes
     ----------
     tree_strategy:
-        Tensor strategy for tree ensembles; AUTO lets ``peregrine.tune`` pick one.
+        Tensor strategy for tree ensembles; AUTO lets the torch backend pick one (``backends/torch/strategy.py``).
     precision:
         See :class:`Precision`.
     n_threads:
@@ -54,7 +54,7 @@ class CompileOptions:
     fused_kernels:
         Torch backend on CPU, and native backend: outputs computed only by row-wise pipeline
         ops (scalers, linear models, links, normalizers...) run as one LLVM kernel that reads
-        each row once (``backends/native/rowwise.py``); False keeps the op-by-op program
+        each row once (``kernels/rowwise.py``); False keeps the op-by-op program
         (torch ops; NumPy rules on the native backend).
     validate:
         At compile time, run every method on ``sample_input`` through the source library and the

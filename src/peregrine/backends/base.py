@@ -13,12 +13,6 @@ from peregrine.ir.spec import ModelSpec
 from peregrine.options import CompileOptions
 
 
-class NonFiniteInput(Exception):
-    """Raised by a runner that checks its input itself (``runner(...).checks_finite``) when the
-    input holds a NaN or an infinity the model rejects: the caller then takes its checking path,
-    which says where."""
-
-
 class Executable(ABC):
     """A compiled program: computes named graph outputs for a validated 2-D input."""
 

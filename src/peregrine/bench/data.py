@@ -42,7 +42,7 @@ def _threshold_spans(model: Any, n_features: int) -> dict[int, tuple[float, floa
     for node in spec.graph.nodes:
         if node.op is not Op.TREE_ENSEMBLE:
             continue
-        forest = node.attrs["forest"]
+        forest = node.attrs.forest
         categorical = (forest.cat_index >= 0) if forest.cat_index is not None else None
         for j in np.unique(forest.feature[forest.feature >= 0]):
             mask = forest.feature == j

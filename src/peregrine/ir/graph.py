@@ -1,4 +1,5 @@
-"""One node type and an immutable graph. Passes return new graphs; one toposort; one verifier."""
+"""One node type and an immutable graph. Passes return new graphs; one toposort; one verifier.
+A node's attributes are its op's typed definition (``ir/semantics``), built from keywords."""
 
 from __future__ import annotations
 
@@ -6,14 +7,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
-from peregrine.ir.checks import CORE_CHECKS
-from peregrine.ir.checks_pipeline import PIPELINE_CHECKS
 from peregrine.ir.forest import Forest
 from peregrine.ir.ops import Op
-
-ATTR_CHECKS = {**CORE_CHECKS, **PIPELINE_CHECKS}  # op -> check(node, input nodes)
+from peregrine.ir.semantics import DEFS, Attrs
 
 
 @dataclass(frozen=True, eq=False)
@@ -21,37 +17,24 @@ class Node:
     name: str
     op: Op
     inputs: tuple[str, ...] = ()
-    attrs: Mapping[str, Any] = field(default_factory=dict)
+    attrs: Any = field(default_factory=dict)  # the op's Attrs (ir/semantics); keywords given
     dtype: str = "float64"  # numpy dtype name of the output
     width: int | None = None  # output columns; rows are the batch
 
     def __post_init__(self) -> None:
-        # Array attributes are stored C-contiguous. A program built from a fitted model (whose
-        # arrays may be transposed views) and one built from its saved artifact (arrays written
-        # C-contiguous) are then the same program: a BLAS call given a transposed operand may
-        # pick another kernel and sum in another order, which made a loaded KernelPCA differ
-        # from the compiled one in the last bit on AMD hosts.
-        if any(_has_array(v) for v in self.attrs.values()):
-            object.__setattr__(self, "attrs", {k: _canonical(v) for k, v in self.attrs.items()})
+        # keywords (a frontend's, an artifact's) become the op's typed attributes; unknown or
+        # missing ones raise ValueError here
+        if not isinstance(self.attrs, DEFS[self.op]):
+            if isinstance(self.attrs, Attrs):
+                raise ValueError(f"IR node {self.name!r} ({self.op.value}) holds "
+                                 f"{type(self.attrs).__name__} attributes")
+            try:
+                object.__setattr__(self, "attrs", DEFS[self.op].of(self.attrs))
+            except ValueError as exc:
+                raise ValueError(f"IR node {self.name!r}: {exc}") from None
 
     def with_attrs(self, **attrs: Any) -> Node:
-        return replace(self, attrs={**self.attrs, **attrs})
-
-
-def _has_array(value: Any) -> bool:
-    if isinstance(value, np.ndarray):
-        return not value.flags.c_contiguous
-    if type(value) in (list, tuple):
-        return any(_has_array(v) for v in value)
-    return False
-
-
-def _canonical(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return np.ascontiguousarray(value)
-    if type(value) in (list, tuple):
-        return type(value)(_canonical(v) for v in value)
-    return value
+        return replace(self, attrs=replace(self.attrs, **attrs))
 
 
 @dataclass(frozen=True, eq=False)
@@ -110,7 +93,7 @@ class Graph:
         return order
 
     def forests(self) -> list[Forest]:
-        return [n.attrs["forest"] for n in self.nodes if n.op is Op.TREE_ENSEMBLE]
+        return [n.attrs.forest for n in self.nodes if n.op is Op.TREE_ENSEMBLE]
 
 
 class GraphBuilder:
@@ -126,11 +109,15 @@ class GraphBuilder:
         self._by_name[node.name] = node
         return node.name
 
-    def add(self, op: Op, inputs: tuple[str, ...] = (), *, dtype: str = "float64",
+    def add(self, op: Op, inputs: tuple[str, ...] = (), *, dtype: str | None = None,
             width: int | None = None, **attrs: Any) -> str:
         self._count += 1
         name = f"{op.value}_{self._count}"
-        return self._append(Node(name, op, tuple(inputs), attrs, dtype, width))
+        typed = DEFS[op].of(attrs)
+        if width is None:  # the op's inference from its inputs' widths, where it has one
+            width = typed.infer_width([self._by_name[i].width for i in inputs])
+        dtype = typed.OUT_DTYPE if dtype is None else dtype
+        return self._append(Node(name, op, tuple(inputs), typed, dtype, width))
 
     def input(self, n_features: int) -> str:
         return self._append(Node("X", Op.INPUT, (), {}, "float64", n_features))
@@ -177,14 +164,18 @@ def verify(graph: Graph) -> None:
         for dep in n.inputs:
             if dep not in by_name:
                 raise ValueError(f"IR node {n.name!r} reads unknown node {dep!r}")
-        check = ATTR_CHECKS.get(n.op)
-        if check is None:
-            continue
+        ins = [by_name[d] for d in n.inputs]
         try:
-            check(n, [by_name[d] for d in n.inputs])
+            n.attrs.check(n, ins)
+            inferred = n.attrs.infer_width([i.width for i in ins])
         except (KeyError, TypeError, IndexError, AttributeError) as exc:  # malformed attrs
             raise ValueError(f"IR node {n.name!r} ({n.op.value}) has malformed attributes: "
                              f"{type(exc).__name__}: {exc}") from exc
+        if n.width is not None and inferred is not None and n.width != inferred:
+            raise ValueError(f"IR node {n.name!r} ({n.op.value}): width {n.width} != {inferred}")
+        if n.dtype != n.attrs.OUT_DTYPE:
+            raise ValueError(f"IR node {n.name!r} ({n.op.value}): dtype {n.dtype} != "
+                             f"{n.attrs.OUT_DTYPE}")
     for out, node in graph.outputs.items():
         if node not in by_name:
             raise ValueError(f"IR output {out!r} names unknown node {node!r}")

@@ -29,7 +29,7 @@ def pm_drop_identity_links(graph: Graph) -> Graph:
     alias = {
         n.name: n.inputs[0]
         for n in graph.nodes
-        if n.op is Op.LINK and n.attrs.get("kind") is Link.IDENTITY
+        if n.op is Op.LINK and n.attrs.kind is Link.IDENTITY
     }
     return _rewire(graph, alias, set(alias)) if alias else graph
 
@@ -53,10 +53,10 @@ def pm_fold_affine_chains(graph: Graph) -> Graph:
         inner = by_name[n.inputs[0]]
         if inner.op is not Op.AFFINE or readers.get(inner.name, 0) != 1:
             continue
-        c = np.asarray(n.attrs.get("scale", 1.0), np.float64)
-        d = np.asarray(n.attrs.get("shift", 0.0), np.float64)
-        a = np.asarray(inner.attrs.get("scale", 1.0), np.float64)
-        b = np.asarray(inner.attrs.get("shift", 0.0), np.float64)
+        c = np.asarray(n.attrs.scale, np.float64)
+        d = np.asarray(n.attrs.shift, np.float64)
+        a = np.asarray(inner.attrs.scale, np.float64)
+        b = np.asarray(inner.attrs.shift, np.float64)
         exact = np.all(c == 1.0) and np.all(b == 0.0)  # x*a + d: same single rounding steps
         if not exact:
             continue

@@ -12,8 +12,7 @@ from typing import Any
 import numpy as np
 
 from peregrine.backends import Executable, get_backend
-from peregrine.backends.base import NonFiniteInput
-from peregrine.errors import InputError
+from peregrine.errors import InputError, NonFiniteInput
 from peregrine.ir.spec import INPUT_ERRORS, METHOD_NAMES, ModelSpec
 from peregrine.options import CompileOptions
 

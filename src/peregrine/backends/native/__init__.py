@@ -3,7 +3,7 @@
 Pipeline (one module each): ``schedule`` (what to generate) -> ``layout`` (pack the Forest into
 flat node arrays) -> ``codegen`` (LLVM IR of a kernel generic over the model's numbers) ->
 ``jit`` (optimise, emit, cache on disk, load) -> ``executable`` (threads, the ops around trees).
-Schedules are chosen in ``peregrine.tune.native_schedule`` unless ``CompileOptions.schedule``
+Schedules are chosen in ``peregrine.backends.native.tune`` unless ``CompileOptions.schedule``
 names one.
 """
 
@@ -61,13 +61,13 @@ def compile_spec(spec: ModelSpec, options: CompileOptions, target=None, *,
     ``saved``: an artifact's ``artifact_state()``; its schedules are reused when it was made
     for this CPU (same name and features), so a loaded model runs the kernels it was saved
     with, without tuning again."""
-    from peregrine.backends.native import jit
     from peregrine.backends.native.executable import (
         ForestProgram,
         NativeExecutable,
         default_threads,
     )
-    from peregrine.tune.native_schedule import Choice, choose_schedule
+    from peregrine.backends.native.tune import Choice, choose_schedule
+    from peregrine.kernels import jit
 
     target = target or jit.Target.host()
     try:
@@ -80,7 +80,7 @@ def compile_spec(spec: ModelSpec, options: CompileOptions, target=None, *,
     for node in spec.graph.nodes:
         if node.op is not Op.TREE_ENSEMBLE:
             continue
-        forest = node.attrs["forest"]
+        forest = node.attrs.forest
         if requested is not None:
             choice = Choice(requested, None, 0, "set by CompileOptions.schedule")
         elif node.name in stored:
@@ -98,7 +98,7 @@ def compile_spec(spec: ModelSpec, options: CompileOptions, target=None, *,
 
 def _saved_choices(saved: dict[str, Any] | None, target) -> dict[str, Any]:
     """Forest node -> the schedule choice an artifact recorded, when made for this CPU."""
-    from peregrine.tune.native_schedule import Choice
+    from peregrine.backends.native.tune import Choice
 
     if not saved:
         return {}
@@ -120,14 +120,12 @@ def _saved_choices(saved: dict[str, Any] | None, target) -> dict[str, Any]:
 
 def _rows_at(spec: ModelSpec, node: Any, sample: np.ndarray, options: CompileOptions):
     """The sample's rows as the forest ``node`` reads them (after the ops before it)."""
-    from peregrine.backends.reference import RULES
-
     graph = spec.graph
     values: dict[str, Any] = {}
     for n in graph.toposort():
         if n.name == node.name:
             return np.asarray(values[node.inputs[0]])
-        values[n.name] = sample if n.op is Op.INPUT else RULES[n.op](
+        values[n.name] = sample if n.op is Op.INPUT else n.attrs.rule(
             n, [values[i] for i in n.inputs], options)
     return None
 

@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass
 from llvmlite import ir
 
 from peregrine.backends.native.epilogue import Interpreter
-from peregrine.backends.native.irutil import (
+from peregrine.backends.native.walks import Walks
+from peregrine.kernels.irutil import (
     F64,
     FLOATS,
     I32,
@@ -42,7 +43,6 @@ from peregrine.backends.native.irutil import (
     gep,
     imin,
 )
-from peregrine.backends.native.walks import Walks
 
 # call arguments (i64 each)
 ARGS = ("X", "stride", "rb", "re", "tb", "te", "desc", "out", "fin", "out_stride", "epilogue")
@@ -82,6 +82,9 @@ class KernelSpec:
     row_tile: int
     tree_tile: int
     loop_order: str
+
+    def build_ir(self, triple: str) -> ir.Module:
+        return build_module(self, triple)
 
     @property
     def key(self) -> str:

@@ -4,7 +4,7 @@ kernel on each finished row.
 Why: for one row, each NumPy rule costs microseconds of dispatch (a sigmoid alone ~5 us),
 more than walking 500 trees, so the single-row path cannot afford them. The ops are encoded as
 a small float64 program passed with each call and interpreted per row, so one kernel serves
-every method and every model; the formulas are those of ``reference.RULES``, op by op
+every method and every model; the formulas are those of the op rules (``ir/semantics``), op by op
 (``sigmoid`` in its overflow-free form, max-subtracted softmax), equal to them up to the last
 bit of libm's ``exp``. Ops outside this table end the fused chain and run as NumPy rules.
 
@@ -18,8 +18,8 @@ import enum
 import numpy as np
 from llvmlite import ir
 
-from peregrine.backends.native.irutil import F64, I32, I64, Lanes, gep
 from peregrine.ir import Link, Node, Op
+from peregrine.kernels.irutil import F64, I32, I64, Lanes, gep
 
 
 class Code(enum.IntEnum):
@@ -38,22 +38,22 @@ def encode(chain: list[Node], width: int) -> tuple[np.ndarray, int] | None:
     prog: list[float] = []
     for node in chain:
         if node.op is Op.LINK:
-            kind = node.attrs["kind"]
+            kind = node.attrs.kind
             if kind is Link.IDENTITY:
                 continue
             if kind is Link.SIGMOID:
-                prog += [Code.SIGMOID, float(node.attrs.get("scale", 1.0))]
+                prog += [Code.SIGMOID, float(node.attrs.scale)]
             elif kind is Link.EXP:
                 prog += [Code.EXP]
             elif kind is Link.SOFTMAX:
                 prog += [Code.SOFTMAX]
             elif kind is Link.ISOLATION_SCORE:
-                prog += [Code.ISOLATION, float(node.attrs["denominator"])]
+                prog += [Code.ISOLATION, float(node.attrs.denominator)]
             else:
                 return None
         elif node.op is Op.AFFINE:
-            scale = np.asarray(node.attrs.get("scale", 1.0), dtype=np.float64)
-            shift = np.asarray(node.attrs.get("shift", 0.0), dtype=np.float64)
+            scale = np.asarray(node.attrs.scale, dtype=np.float64)
+            shift = np.asarray(node.attrs.shift, dtype=np.float64)
             if scale.ndim > 1 or shift.ndim > 1 or scale.size not in (1, width) or (
                     shift.size not in (1, width)):
                 return None

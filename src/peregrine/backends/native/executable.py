@@ -2,7 +2,7 @@
 
 Each TREE_ENSEMBLE node becomes a :class:`ForestProgram` (packed arrays + a batch kernel and a
 few-rows kernel per compare dtype). The element-wise ops right after it (links, affine, binary probabilities) run fused in
-the kernel (epilogue.py); every other op runs its rule from ``reference.RULES`` on the kernel's
+the kernel (epilogue.py); every other op runs its rule (``ir/semantics``, ``rules.run``) on the kernel's
 output, so those ops stay defined in exactly one place.
 
 Threads: a kernel takes a row range and a tree range, and ctypes drops the GIL for the call, so
@@ -17,15 +17,14 @@ import ctypes
 import hashlib
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from peregrine.backends.base import Executable
-from peregrine.backends.native import epilogue, jit
+from peregrine.backends.native import epilogue, rules
 from peregrine.backends.native.codegen import (
     ARGS,
     CACHE_ROWS_BYTES,
@@ -33,14 +32,15 @@ from peregrine.backends.native.codegen import (
     KernelSpec,
     row_register_capacity,
 )
-from peregrine.backends.native.fused import RowKernel, checked_runner, narrow_outputs, row_kernel
-from peregrine.backends.native.irutil import FLOATS
 from peregrine.backends.native.layout import TOP_LEVELS, PackedForest, pack
-from peregrine.backends.native.rules import RULES
 from peregrine.backends.native.schedule import Lanes, Parallel, Schedule
-from peregrine.backends.reference import compute_dtype
 from peregrine.errors import InputError
 from peregrine.ir import Forest, Node, Op
+from peregrine.ir.semantics.trees import compute_dtype
+from peregrine.kernels import jit
+from peregrine.kernels.fused import RowKernel, checked_runner, narrow_outputs, row_kernel
+from peregrine.kernels.irutil import FLOATS
+from peregrine.kernels.threads import pool
 from peregrine.options import CompileOptions, Precision
 
 KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -60,11 +60,6 @@ MIN_BLOCK_ROWS = 4096
 FLOAT64 = np.dtype(np.float64)
 _ARG = {name: i for i, name in enumerate(ARGS)}
 _RE = _ARG["re"]
-
-
-@cache
-def _pool(workers: int) -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="peregrine-native")
 
 
 def kernel_spec(packed: PackedForest, schedule: Schedule, x_dtype: np.dtype,
@@ -215,7 +210,7 @@ class ForestProgram:
             chunk = -(-n // threads)
             if n >= 2 * block:  # whole SIMD blocks per thread; fewer rows: masked blocks
                 chunk = -(-chunk // block) * block
-            jobs = [_pool(threads).submit(run, s, min(s + chunk, n))
+            jobs = [pool(threads).submit(run, s, min(s + chunk, n))
                     for s in range(chunk, n, chunk)]
             run(0, min(chunk, n))
             for j in jobs:
@@ -261,7 +256,7 @@ class ForestProgram:
             if T and n:
                 base = self._args(X.ctypes.data, X.shape[1], out, no_ops)
                 bounds = np.linspace(0, n, min(threads, n) + 1).astype(int)
-                jobs = [_pool(threads).submit(self._run, v, base, int(bounds[i]),
+                jobs = [pool(threads).submit(self._run, v, base, int(bounds[i]),
                                               int(bounds[i + 1]), 0, T, 0)
                         for i in range(1, len(bounds) - 1)]
                 self._run(v, base, int(bounds[0]), int(bounds[1]), 0, T, 0)
@@ -274,7 +269,7 @@ class ForestProgram:
         parts = [np.zeros((n, self.n_outputs)) for _ in range(threads)]
         if T and n:
             bases = [self._args(X.ctypes.data, X.shape[1], p, no_ops) for p in parts]
-            jobs = [_pool(threads).submit(self._run, v, bases[i], 0, n, int(bounds[i]),
+            jobs = [pool(threads).submit(self._run, v, bases[i], 0, n, int(bounds[i]),
                                           int(bounds[i + 1]), 0) for i in range(1, threads)]
             self._run(v, bases[0], 0, n, int(bounds[0]), int(bounds[1]), 0)
             for j in jobs:
@@ -462,7 +457,7 @@ class NativeExecutable(Executable):
             chain, cur, enc = [], node, epilogue.encode([], node.width or 1)
             while cur.name not in wanted and len(users[cur.name]) == 1:
                 nxt = users[cur.name][0]
-                trial = epilogue.encode(chain + [nxt], node.attrs["forest"].n_outputs)
+                trial = epilogue.encode(chain + [nxt], node.attrs.forest.n_outputs)
                 if trial is None or len(nxt.inputs) != 1:
                     break
                 chain, cur, enc = chain + [nxt], nxt, trial
@@ -494,7 +489,7 @@ class NativeExecutable(Executable):
         def run(X: np.ndarray) -> np.ndarray:
             values = {x_name: X, end: first(X)}
             for node in rest:
-                values[node.name] = RULES[node.op](node, [values[i] for i in node.inputs],
+                values[node.name] = rules.run(node, [values[i] for i in node.inputs],
                                                    options)
             return values[result]
 
@@ -548,7 +543,7 @@ class NativeExecutable(Executable):
             elif step.op is Op.INPUT:
                 values[step.name] = X
             else:
-                values[step.name] = RULES[step.op](step, [values[i] for i in step.inputs],
+                values[step.name] = rules.run(step, [values[i] for i in step.inputs],
                                                    self.options)
         graph = self.spec.graph
         return {o: values[graph.outputs[o]] for o in outputs}
@@ -568,7 +563,7 @@ class NativeExecutable(Executable):
             return out
         value = prog.raw(X)  # trees ran in parallel: the chain runs as its NumPy rules
         for node in step.chain:
-            value = RULES[node.op](node, [value], self.options)
+            value = rules.run(node, [value], self.options)
         return value.astype(out_dtype, copy=False)
 
     def explain(self) -> dict[str, Any]:

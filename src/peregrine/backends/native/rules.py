@@ -1,6 +1,6 @@
 """The NumPy rules the native executable runs for ops that are neither forests nor fused row
-kernels: ``reference.RULES``, except where the reference's form is a specification too slow
-to serve.
+kernels: the op's own rule (``ir/semantics``), except where that form is a specification too
+slow to serve.
 
 KERNEL, rbf with libsvm's form: the reference sums squared differences pair by pair as libsvm's
 ``k_function`` does, an (rows, vectors, features) temporary; here it is the expanded form
@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from peregrine.backends.reference import RULES as REFERENCE_RULES
-from peregrine.backends.reference_models import rbf_expanded
 from peregrine.ir import Node, Op
+from peregrine.ir.semantics.kernels import rbf_expanded
 from peregrine.options import CompileOptions
 
 
-def _kernel(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+def run(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
+    """``node`` on its input values, as the native executable computes ops it has no kernel
+    for."""
     a = node.attrs
-    if a["kind"] != "rbf" or "center_rows" in a:
-        return REFERENCE_RULES[Op.KERNEL](node, ins, options)
-    x = np.asarray(ins[0], dtype=np.float64)
-    return rbf_expanded(x, np.asarray(a["vectors"], dtype=np.float64), float(a.get("gamma", 1.0)))
-
-
-RULES = {**REFERENCE_RULES, Op.KERNEL: _kernel}
+    if node.op is Op.KERNEL and a.kind == "rbf" and a.center_rows is None:
+        x = np.asarray(ins[0], dtype=np.float64)
+        return rbf_expanded(x, np.asarray(a.vectors, dtype=np.float64), float(a.gamma))
+    return a.rule(node, ins, options)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from peregrine.backends.native.irutil import (
+from peregrine.backends.native.layout import CATEGORICAL, FEATURE_MASK, MISSING_ZERO
+from peregrine.ir.forest import LIGHTGBM_ZERO_THRESHOLD
+from peregrine.kernels.irutil import (
     F32,
     F64,
     I1,
@@ -22,8 +24,6 @@ from peregrine.backends.native.irutil import (
     align,
     gep,
 )
-from peregrine.backends.native.layout import CATEGORICAL, FEATURE_MASK, MISSING_ZERO
-from peregrine.ir.forest import LIGHTGBM_ZERO_THRESHOLD
 
 
 class Walks:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from peregrine.backends.torch.strategy import gemm_sizes
 from peregrine.ir import Forest
-from peregrine.tune.heuristics import gemm_sizes
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,7 @@ class GraphProgram(nn.Module):
 
 class FusedProgram(nn.Module):
     """CPU: a program whose ops are all row-wise pipeline ops, run as one native kernel
-    (``native.fused.RowKernel``, code from ``backends/native/rowwise.py``: each row read once,
+    (``kernels.fused.RowKernel``, code from ``kernels/rowwise.py``: each row read once,
     every intermediate value kept in registers, the outputs written once in their final dtype)
     instead of one torch op per IR node. Same values as the op-by-op program up to the order of a few float64 sums
     (docs/pipelines.md). Inputs the kernel does not take (not a 2-D float32/float64 CPU
@@ -219,7 +219,7 @@ class TorchExecutable(Executable):
         if self._device.type != "cpu" or not self.options.fused_kernels:
             return program
         try:
-            from peregrine.backends.native.fused import row_kernel  # needs llvmlite
+            from peregrine.kernels.fused import row_kernel  # needs llvmlite
         except ImportError:  # without the native extra: the op-by-op program
             return program
         graph = self.spec.graph
@@ -283,7 +283,7 @@ class TorchExecutable(Executable):
         program = self._program((output,))
         if not isinstance(program, FusedProgram):
             return None
-        from peregrine.backends.native.fused import checked_runner
+        from peregrine.kernels.fused import checked_runner
 
         return checked_runner(program.kernel, self.spec, self.options, program.threads)
 

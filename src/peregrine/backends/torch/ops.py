@@ -1,8 +1,8 @@
-"""One torch lowering per IR op, in a table keyed by Op (mirrors ``reference.RULES``).
+"""One torch lowering per IR op, in a table keyed by Op (mirrors the op rules (``ir/semantics``)).
 
 A lowering turns a Node into an ``nn.Module`` whose ``forward(xs: List[Tensor]) -> Tensor`` takes
 the node's input values in order; the modules are scriptable, so the TorchScript backend compiles
-the same program. Each rule follows its NumPy rule in ``backends/reference*.py`` operation for
+the same program. Each rule follows its NumPy rule in ``ir/semantics`` operation for
 operation, including dtypes (NumPy promotes ``float32 * float64 array`` to float64, torch would
 not for a 0-d tensor, so casts are explicit). An op or Link kind without a lowering raises
 UnsupportedModelError at compile time: never a silently different answer.
@@ -17,11 +17,11 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from peregrine.backends.torch.strategy import choose_tree_strategy
 from peregrine.backends.torch.trees import STRATEGY_MODULES
 from peregrine.errors import UnsupportedModelError
 from peregrine.ir import Link, Node, Op
 from peregrine.options import CompileOptions, Precision, TreeStrategy
-from peregrine.tune.heuristics import choose_tree_strategy
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class ReplaceWithNan(nn.Module):
 
 @lowering(Op.REPLACE_WITH_NAN)
 def lower_replace_with_nan(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(ReplaceWithNan(node.attrs["value"], node.attrs.get("compare_dtype")))
+    return Lowered(ReplaceWithNan(node.attrs.value, node.attrs.compare_dtype))
 
 
 class OrdinalEncode(nn.Module):
@@ -116,12 +116,12 @@ class OrdinalEncode(nn.Module):
 
 @lowering(Op.ORDINAL_ENCODE)
 def lower_ordinal_encode(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(OrdinalEncode(node.attrs["columns"], node.attrs["categories"]))
+    return Lowered(OrdinalEncode(node.attrs.columns, node.attrs.categories))
 
 
 @lowering(Op.TREE_ENSEMBLE)
 def lower_tree_ensemble(node: Node, options: CompileOptions) -> Lowered:
-    forest = node.attrs["forest"]
+    forest = node.attrs.forest
     strategy, reason = choose_tree_strategy(forest, options)
     requested = options.tree_strategy
     if requested is not TreeStrategy.AUTO and strategy is not requested:
@@ -158,7 +158,7 @@ class Affine(nn.Module):
 
 @lowering(Op.AFFINE)
 def lower_affine(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Affine(node.attrs.get("scale", 1.0), node.attrs.get("shift", 0.0),
+    return Lowered(Affine(node.attrs.scale, node.attrs.shift,
                           options.precision is Precision.FLOAT32))
 
 
@@ -220,17 +220,17 @@ class LogSoftmax(nn.Module):
 
 LINKS: dict[Link, Callable[[Node], nn.Module]] = {
     Link.IDENTITY: lambda node: Identity(),
-    Link.SIGMOID: lambda node: Sigmoid(float(node.attrs.get("scale", 1.0))),
+    Link.SIGMOID: lambda node: Sigmoid(float(node.attrs.scale)),
     Link.SOFTMAX: lambda node: Softmax(),
     Link.EXP: lambda node: Exp(),
-    Link.ISOLATION_SCORE: lambda node: IsolationScore(float(node.attrs["denominator"])),
+    Link.ISOLATION_SCORE: lambda node: IsolationScore(float(node.attrs.denominator)),
     Link.LOG_SOFTMAX: lambda node: LogSoftmax(),
 }
 
 
 @lowering(Op.LINK)
 def lower_link(node: Node, options: CompileOptions) -> Lowered:
-    kind = node.attrs["kind"]
+    kind = node.attrs.kind
     make = LINKS.get(kind)
     if make is None:
         name = getattr(kind, "value", kind)
@@ -276,8 +276,8 @@ class LogAddExp(nn.Module):
 
 @lowering(Op.LOG_ADD_EXP)
 def lower_log_add_exp(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(LogAddExp(node.attrs["columns"], node.attrs["starts"], int(node.width),
-                             float(node.attrs["shift"])))
+    return Lowered(LogAddExp(node.attrs.columns, node.attrs.starts, int(node.width),
+                             float(node.attrs.shift)))
 
 
 # ---------------------------------------------------------------------- classifier tail --
@@ -316,4 +316,4 @@ def lower_argmax(node: Node, options: CompileOptions) -> Lowered:
 
 @lowering(Op.THRESHOLD)
 def lower_threshold(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Threshold(float(node.attrs["value"]), bool(node.attrs.get("strict", True))))
+    return Lowered(Threshold(float(node.attrs.value), bool(node.attrs.strict)))

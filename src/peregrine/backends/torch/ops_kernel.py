@@ -1,5 +1,5 @@
 """Torch lowerings of the kernel-method and neighbour ops (SVMs, KNN, KernelPCA), one per Op,
-mirroring their NumPy rules in ``backends/reference*.py`` operation for operation in float64
+mirroring their NumPy rules in ``ir/semantics`` operation for operation in float64
 (libsvm's k_function, its probability coupling iteration, sklearn's neighbour weights).
 Scriptable: loops run over Python ints, options are plain attributes."""
 
@@ -8,10 +8,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from peregrine.backends.reference_neighbours import EPS, ERROR_BOUND, EXTRA_CANDIDATES
 from peregrine.backends.torch.ops import Lowered, f64, lowering
 from peregrine.ir import Node, Op
 from peregrine.ir.ops import class_pairs
+from peregrine.ir.semantics.neighbours import EPS, ERROR_BOUND, EXTRA_CANDIDATES
 from peregrine.options import CompileOptions
 
 
@@ -57,17 +57,17 @@ class Kernel(nn.Module):
     def __init__(self, node: Node) -> None:
         super().__init__()
         a = node.attrs
-        self.kind = str(a["kind"])
-        self.libsvm = a.get("form", "libsvm") == "libsvm"
-        self.gamma = float(a.get("gamma", 1.0))
-        self.coef0 = float(a.get("coef0", 0.0))
-        self.degree = float(a.get("degree", 3))
-        self.center = "center_rows" in a
-        v = np.asarray(a["vectors"], dtype=np.float64)
+        self.kind = str(a.kind)
+        self.libsvm = a.form == "libsvm"
+        self.gamma = float(a.gamma)
+        self.coef0 = float(a.coef0)
+        self.degree = float(a.degree)
+        self.center = a.center_rows is not None
+        v = np.asarray(a.vectors, dtype=np.float64)
         self.register_buffer("vectors", f64(v))
         self.register_buffer("vv", f64(np.einsum("ij,ij->i", v, v)))
-        self.register_buffer("center_rows", f64(a.get("center_rows", np.zeros(len(v)))))
-        self.center_all = float(a.get("center_all", 0.0))
+        self.register_buffer("center_rows", f64(a.center_rows if self.center else np.zeros(len(v))))
+        self.center_all = float(a.center_all) if self.center else 0.0
 
     def _powi(self, base: Tensor) -> Tensor:
         tmp, ret, t = base, torch.ones_like(base), int(self.degree)
@@ -116,10 +116,10 @@ class SvmProba(nn.Module):
 
     def __init__(self, node: Node) -> None:
         super().__init__()
-        self.k = int(node.attrs["n_classes"])
+        self.k = int(node.attrs.n_classes)
         self.pairs = _pairs(self.k)
-        self.register_buffer("prob_a", f64(node.attrs["prob_a"]))
-        self.register_buffer("prob_b", f64(node.attrs["prob_b"]))
+        self.register_buffer("prob_a", f64(node.attrs.prob_a))
+        self.register_buffer("prob_b", f64(node.attrs.prob_b))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         dec = xs[0].to(torch.float64)
@@ -167,7 +167,7 @@ class SvmProba(nn.Module):
 
 
 class Knn(nn.Module):
-    """Op.KNN as reference_neighbours.nearest computes it: euclidean candidates by the expanded
+    """Op.KNN as ir.semantics.neighbours.nearest computes it: euclidean candidates by the expanded
     form (one GEMM and a top-k), exact distances from differences for the candidates only, a
     per-row check that no other fitted row can be as near, the specification's full way for
     rows that fail it; other metrics from all the differences and a k-th-value partition."""
@@ -175,16 +175,16 @@ class Knn(nn.Module):
     def __init__(self, node: Node) -> None:
         super().__init__()
         a = node.attrs
-        self.metric = str(a["metric"])
-        self.p = float(a.get("p", 2.0))
-        self.k = int(a["k"])
-        self.distance = a["weights"] == "distance"
-        self.normalize = bool(a.get("normalize", False))
-        v = np.asarray(a["vectors"], dtype=np.float64)
+        self.metric = str(a.metric)
+        self.p = float(a.p)
+        self.k = int(a.k)
+        self.distance = a.weights == "distance"
+        self.normalize = bool(a.normalize)
+        v = np.asarray(a.vectors, dtype=np.float64)
         vv = np.einsum("ij,ij->i", v, v)
         self.register_buffer("vectors", f64(v))
         self.register_buffer("vv", f64(vv))
-        self.register_buffer("values", f64(a["values"]))
+        self.register_buffer("values", f64(a.values))
         m, d = v.shape
         self.vv_max = float(vv.max()) if m else 0.0
         self.n_cand = min(m, 2 * self.k + EXTRA_CANDIDATES)
@@ -234,7 +234,7 @@ class Knn(nn.Module):
         return torch.cat(parts, dim=0)
 
     def _smallest(self, dist: Tensor) -> Tensor:
-        """A stable sort's first k columns, by the k-th value (reference_neighbours.smallest)."""
+        """A stable sort's first k columns, by the k-th value (ir.semantics.neighbours.smallest)."""
         n, m, k = dist.shape[0], dist.shape[1], self.k
         if k >= m or n == 0:
             return torch.sort(dist, dim=1, stable=True)[1][:, :k]
@@ -283,7 +283,7 @@ class Knn(nn.Module):
 
 @lowering(Op.OVR_DECISION)
 def lower_ovr_decision(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(OvrDecision(int(node.attrs["n_classes"])))
+    return Lowered(OvrDecision(int(node.attrs.n_classes)))
 
 
 @lowering(Op.KERNEL)

@@ -1,5 +1,5 @@
 """Torch lowerings of the meta-estimator ops (see ops.py for the lowering table), mirroring
-their NumPy rules in ``backends/reference*.py`` operation for operation, in float64."""
+their NumPy rules in ``ir/semantics`` operation for operation, in float64."""
 
 from typing import Any
 
@@ -48,9 +48,9 @@ class WeightedMedian(nn.Module):
 
 @lowering(Op.WEIGHTED_SUM)
 def lower_weighted_sum(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(WeightedSum(node.attrs["weights"], node.attrs["divisor"]))
+    return Lowered(WeightedSum(node.attrs.weights, node.attrs.divisor))
 
 
 @lowering(Op.WEIGHTED_MEDIAN)
 def lower_weighted_median(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(WeightedMedian(node.attrs["weights"]))
+    return Lowered(WeightedMedian(node.attrs.weights))

@@ -1,5 +1,5 @@
 """Torch lowerings of the pipeline ops (scikit-learn featurizers and linear models), one per
-Op, mirroring their NumPy rules in ``backends/reference*.py``: every module casts its input to
+Op, mirroring their NumPy rules in ``ir/semantics``: every module casts its input to
 float64 first, as the rules do."""
 
 from typing import Any
@@ -144,19 +144,19 @@ class OneHot(nn.Module):
     def __init__(self, node: Node) -> None:
         super().__init__()
         a = node.attrs
-        col, cat, slot = _category_table(a["columns"], a["categories"], a["slots"], -1)
+        col, cat, slot = _category_table(a.columns, a.categories, a.slots, -1)
         # per category: which listed column it belongs to (position), for the any-match test
-        owner = np.concatenate([[i] * len(c) for i, c in enumerate(a["categories"])] + [[]])
+        owner = np.concatenate([[i] * len(c) for i, c in enumerate(a.categories)] + [[]])
         self.register_buffer("col", col)
         self.register_buffer("cat", cat)
         self.register_buffer("slot", slot.to(torch.int64))
         self.register_buffer("owner", _i64(owner))
-        self.register_buffer("unknown_slot", _i64(a["unknown_slots"]))
-        self.register_buffer("columns", _i64(a["columns"]))
+        self.register_buffer("unknown_slot", _i64(a.unknown_slots))
+        self.register_buffer("columns", _i64(a.columns))
         self.width = int(node.width)
         slots = slot.numpy()
         used = slots[slots >= 0]
-        unknown = np.asarray(a["unknown_slots"], dtype=np.int64).reshape(-1)
+        unknown = np.asarray(a.unknown_slots, dtype=np.int64).reshape(-1)
         self.direct = bool((unknown < 0).all() and len(np.unique(used)) == len(used)
                            and len(used) == self.width)
         # matches -> output: the categories with a slot, ordered by slot
@@ -198,20 +198,20 @@ class CategoryMap(nn.Module):
     def __init__(self, node: Node) -> None:
         super().__init__()
         a = node.attrs
-        cats = [np.asarray(c, dtype=np.float64) for c in a["categories"]]
+        cats = [np.asarray(c, dtype=np.float64) for c in a.categories]
         width = max([len(c) for c in cats] + [1])
         table = np.zeros((len(cats), width))
         codes = np.zeros((len(cats), width))
         valid = np.zeros((len(cats), width), dtype=bool)
-        for i, (c, k) in enumerate(zip(cats, a["codes"])):
+        for i, (c, k) in enumerate(zip(cats, a.codes)):
             table[i, : len(c)] = c
             codes[i, : len(c)] = np.asarray(k, dtype=np.float64)
             valid[i, : len(c)] = True
-        self.register_buffer("columns", _i64(a["columns"]))
+        self.register_buffer("columns", _i64(a.columns))
         self.register_buffer("table", f64(table))
         self.register_buffer("codes", f64(codes))
         self.register_buffer("valid", torch.from_numpy(valid))
-        self.register_buffer("unknown", f64(np.asarray(a["unknown"], dtype=np.float64)))
+        self.register_buffer("unknown", f64(np.asarray(a.unknown, dtype=np.float64)))
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         x = xs[0].to(torch.float64)
@@ -309,12 +309,12 @@ class Ufunc(nn.Module):
 
 @lowering(Op.LINEAR)
 def lower_linear(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Linear(node.attrs["weight"], node.attrs["bias"]))
+    return Lowered(Linear(node.attrs.weight, node.attrs.bias))
 
 
 @lowering(Op.SELECT)
 def lower_select(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Select(node.attrs["columns"]))
+    return Lowered(Select(node.attrs.columns))
 
 
 @lowering(Op.CONCAT)
@@ -324,27 +324,27 @@ def lower_concat(node: Node, options: CompileOptions) -> Lowered:
 
 @lowering(Op.CENTER_SCALE)
 def lower_center_scale(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(CenterScale(node.attrs["center"], node.attrs["scale"]))
+    return Lowered(CenterScale(node.attrs.center, node.attrs.scale))
 
 
 @lowering(Op.CLIP)
 def lower_clip(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Clip(float(node.attrs["low"]), float(node.attrs["high"])))
+    return Lowered(Clip(float(node.attrs.low), float(node.attrs.high)))
 
 
 @lowering(Op.NORMALIZE)
 def lower_normalize(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Normalize(node.attrs["norm"], node.attrs.get("zero", "one") == "uniform"))
+    return Lowered(Normalize(node.attrs.norm, node.attrs.zero == "uniform"))
 
 
 @lowering(Op.BINARIZE)
 def lower_binarize(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Binarize(float(node.attrs["threshold"])))
+    return Lowered(Binarize(float(node.attrs.threshold)))
 
 
 @lowering(Op.IMPUTE)
 def lower_impute(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Impute(node.attrs["values"], float(node.attrs["missing"])))
+    return Lowered(Impute(node.attrs.values, float(node.attrs.missing)))
 
 
 @lowering(Op.ONE_HOT)
@@ -359,9 +359,9 @@ def lower_category_map(node: Node, options: CompileOptions) -> Lowered:
 
 @lowering(Op.POLYNOMIAL)
 def lower_polynomial(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Polynomial(node.attrs["powers"]))
+    return Lowered(Polynomial(node.attrs.powers))
 
 
 @lowering(Op.UFUNC)
 def lower_ufunc(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Ufunc(node.attrs["name"]))
+    return Lowered(Ufunc(node.attrs.name))

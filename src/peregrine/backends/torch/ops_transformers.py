@@ -1,5 +1,5 @@
 """Torch lowerings of the transformers-area ops (INTERP, QUANTILE, POWER, DIGITIZE, RANGE_CHECK,
-BSPLINE, KNN_IMPUTE), one per Op, mirroring their NumPy rules in ``backends/reference*.py``
+BSPLINE, KNN_IMPUTE), one per Op, mirroring their NumPy rules in ``ir/semantics``
 operation for operation. Per-column tables of different lengths are padded to one
 (columns, width) tensor so a batched ``torch.searchsorted`` serves every column; the padding
 never decides a result (lengths are kept beside the table). Every module is scriptable."""
@@ -10,9 +10,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from peregrine.backends.reference import QUANTILE_BOUNDS, quantile_clip
 from peregrine.backends.torch.ops import Lowered, f64, lowering
 from peregrine.ir import Node, Op
+from peregrine.ir.semantics.transformers import QUANTILE_BOUNDS, quantile_clip
 from peregrine.options import CompileOptions
 
 
@@ -76,7 +76,7 @@ class Interp(nn.Module):
 @lowering(Op.INTERP)
 def lower_interp(node: Node, options: CompileOptions) -> Lowered:
     a = node.attrs
-    return Lowered(Interp(a["xp"], a["fp"], a["left"], a["right"]))
+    return Lowered(Interp(a.xp, a.fp, a.left, a.right))
 
 
 class Quantile(nn.Module):
@@ -119,7 +119,7 @@ class Quantile(nn.Module):
 @lowering(Op.QUANTILE)
 def lower_quantile(node: Node, options: CompileOptions) -> Lowered:
     a = node.attrs
-    return Lowered(Quantile(a["quantiles"], a["references"], a["output"]))
+    return Lowered(Quantile(a.quantiles, a.references, a.output))
 
 
 class Power(nn.Module):
@@ -158,7 +158,7 @@ class Power(nn.Module):
 
 @lowering(Op.POWER)
 def lower_power(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Power(node.attrs["method"], node.attrs["lambdas"]))
+    return Lowered(Power(node.attrs.method, node.attrs.lambdas))
 
 
 class Digitize(nn.Module):
@@ -180,7 +180,7 @@ class Digitize(nn.Module):
 
 @lowering(Op.DIGITIZE)
 def lower_digitize(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Digitize(node.attrs["edges"]))
+    return Lowered(Digitize(node.attrs.edges))
 
 
 class RangeCheck(nn.Module):
@@ -196,29 +196,29 @@ class RangeCheck(nn.Module):
 
 @lowering(Op.RANGE_CHECK)
 def lower_range_check(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(RangeCheck(node.attrs["low"], node.attrs["high"]))
+    return Lowered(RangeCheck(node.attrs.low, node.attrs.high))
 
 
 class BSpline(nn.Module):
     """SplineTransformer per column: scipy's interval search and de Boor recursion
     (``_deBoor_D``), the basis scattered to its columns and mapped by the 0/1 coefficient
-    matrix, then sklearn's extrapolation rules (see ``reference.bspline_column``)."""
+    matrix, then sklearn's extrapolation rules (see ``ir.semantics.transformers.bspline_column``)."""
 
     def __init__(self, node: Node) -> None:
         super().__init__()
         a = node.attrs
-        knots = np.asarray([np.asarray(t, dtype=np.float64) for t in a["knots"]])
-        k = int(a["degree"])
+        knots = np.asarray([np.asarray(t, dtype=np.float64) for t in a.knots])
+        k = int(a.degree)
         self.k = k
         self.n = knots.shape[1] - k - 1
-        self.mode = str(a["extrapolation"])
+        self.mode = str(a.extrapolation)
         self.register_buffer("knots", f64(knots))
-        self.register_buffer("coef", f64(np.asarray(a["coef"], dtype=np.float64)[: self.n]))
+        self.register_buffer("coef", f64(np.asarray(a.coef, dtype=np.float64)[: self.n]))
         for e in ("f_min", "f_max", "fp_min", "fp_max", "low", "high"):
-            self.register_buffer(e, f64(np.asarray(a[e], dtype=np.float64)))
+            self.register_buffer(e, f64(np.asarray(getattr(a, e), dtype=np.float64)))
         s = self.coef.shape[1]
         cols = np.arange(s)[None, :]
-        reach = np.asarray(a["reach"], dtype=np.int64)[:, None]  # per column (see Op.BSPLINE)
+        reach = np.asarray(a.reach, dtype=np.int64)[:, None]  # per column (see Op.BSPLINE)
         self.register_buffer("first", torch.from_numpy(cols < reach))
         self.register_buffer("last", torch.from_numpy(cols >= s - reach))
 
@@ -283,7 +283,7 @@ class KnnImpute(nn.Module):
     def __init__(self, node: Node) -> None:
         super().__init__()
         a = node.attrs
-        fit = np.asarray(a["fit_X"], dtype=np.float64)
+        fit = np.asarray(a.fit_X, dtype=np.float64)
         miss = np.isnan(fit)
         fit0 = np.where(miss, 0.0, fit)
         self.register_buffer("fit0", f64(fit0))
@@ -292,11 +292,11 @@ class KnnImpute(nn.Module):
         self.register_buffer("fit_missing", f64(miss))
         self.register_buffer("fit_present", f64(~miss))
         self.register_buffer("donor", torch.from_numpy(~miss))
-        self.register_buffer("fill", f64(np.asarray(a["fill"], dtype=np.float64)))
-        self.columns = [int(c) for c in a["columns"]]
+        self.register_buffer("fill", f64(np.asarray(a.fill, dtype=np.float64)))
+        self.columns = [int(c) for c in a.columns]
         n_donors = (~miss).sum(axis=0)
-        self.ks = [int(min(int(a["n_neighbors"]), n_donors[c])) for c in self.columns]
-        self.uniform = a["weights"] == "uniform"
+        self.ks = [int(min(int(a.n_neighbors), n_donors[c])) for c in self.columns]
+        self.uniform = a.weights == "uniform"
 
     def distances(self, x: Tensor) -> Tensor:
         mx = torch.isnan(x)

@@ -24,7 +24,7 @@ import math
 
 from llvmlite import ir
 
-from peregrine.backends.native.irutil import I64
+from peregrine.kernels.irutil import I64
 
 LOG2E = 1.4426950408889634
 LN2_HI = 6.93147180369123816490e-01  # 0x3FE62E42FEE00000: low 32 bits zero

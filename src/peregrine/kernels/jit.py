@@ -17,17 +17,18 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any, Protocol
 
 import llvmlite
 import llvmlite.binding as llvm
 
 from peregrine import config
-from peregrine.backends.native.codegen import KernelSpec, build_module
 
 STATS = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
 _OBJECT_MAGICS = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\x64\x86")  # ELF, Mach-O, COFF x86-64
@@ -103,17 +104,34 @@ def _new_target_machine(target: Target) -> llvm.TargetMachine:
                                    reloc="default", codemodel="jitdefault", jit=True)
 
 
+class KernelSource(Protocol):
+    """What the jit compiles: a kernel's parameters (``key``, its cache identity), its
+    function's name and the LLVM module that defines it. The forest kernels
+    (``backends/native/codegen.KernelSpec``) and the fused row kernels (``rowwise.RowSpec``)
+    are two."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def symbol(self) -> str: ...
+
+    def build_ir(self, triple: str) -> Any: ...
+
+
 @cache
-def _source_hash() -> str:
-    """The generator's own source is part of the key: editing it invalidates old objects."""
+def _source_hash(spec_module: str) -> str:
+    """The generators' source is part of the key: editing this library or the module that
+    defines the spec's kernel invalidates old objects."""
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    dirs = {Path(__file__).parent, Path(sys.modules[spec_module].__file__).parent}
+    for path in sorted(p for d in dirs for p in d.glob("*.py")):
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 
-def cache_key(spec: KernelSpec, target: Target) -> str:
-    parts = [spec.key, _source_hash(), llvmlite.__version__,
+def cache_key(spec: KernelSource, target: Target) -> str:
+    parts = [spec.key, _source_hash(type(spec).__module__), llvmlite.__version__,
              ".".join(map(str, llvm.llvm_version_info)), target.cpu, target.features]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
@@ -122,14 +140,10 @@ def cache_dir() -> Path:
     return config.cache_dir() / "native"
 
 
-def compile_object(spec: KernelSpec, target: Target) -> bytes:
-    """IR -> optimised module -> object code for ``target``. ``spec`` is a forest KernelSpec or
-    any spec with ``key``, ``symbol`` and ``build_ir(triple)`` (rowwise.RowSpec)."""
+def compile_object(spec: KernelSource, target: Target) -> bytes:
+    """IR -> optimised module -> object code for ``target``."""
     tm = target_machine(target)
-    build = getattr(spec, "build_ir", None)
-    triple = llvm.get_process_triple()
-    module_ir = build(triple) if build is not None else build_module(spec, triple)
-    text = str(module_ir)
+    text = str(spec.build_ir(llvm.get_process_triple()))
     mod = llvm.parse_assembly(text)
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -144,7 +158,7 @@ def compile_object(spec: KernelSpec, target: Target) -> bytes:
     return tm.emit_object(mod)
 
 
-def kernel_address(spec: KernelSpec, target: Target | None = None, *,
+def kernel_address(spec: KernelSource, target: Target | None = None, *,
                    use_disk: bool = True) -> tuple[int, str]:
     """Address of the compiled kernel and where it came from ('memory', 'disk', 'compiled')."""
     target = target or Target.host()

@@ -1,5 +1,6 @@
-"""NumPy rule of the KNN op (KNeighborsClassifier/Regressor): part of the reference backend,
-and what the native backend runs.
+"""The KNN op (KNeighborsClassifier/Regressor): its definition and NumPy rule, which the
+native backend runs and the torch lowering mirrors (taking EPS, ERROR_BOUND and
+EXTRA_CANDIDATES from here).
 
 What it computes (the specification, ``Op.KNN``): the distance of each row to every fitted row
 from the per-pair differences (``sqrt(sum (x - v)**2)`` for euclidean, as a KD/ball tree
@@ -22,13 +23,17 @@ How, without an (n, m, d) difference tensor and a full sort per row:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from peregrine.backends.reference import _f64, rule
-from peregrine.backends.reference_models import _l2_rows, _row_chunks, distance_weights
-from peregrine.ir import Node, Op
+from peregrine.ir.ops import Op
+from peregrine.ir.semantics.base import Attrs, array, bad, choice, define, f64, integer, real
+from peregrine.ir.semantics.kernels import l2_rows, row_chunks
 from peregrine.options import CompileOptions
 
+DISTANCE_METRICS = ("euclidean", "manhattan", "chebyshev", "minkowski", "cosine")
+NEIGHBOUR_WEIGHTS = ("uniform", "distance")
 EPS = float(np.finfo(np.float64).eps)
 # |expanded - exact| <= ERROR_BOUND * (d + 4) * eps * (|x|^2 + max |v|^2): a dot product's
 # rounding error is at most d eps |x||v| (any summation order, FMA or not), each squared norm's
@@ -54,10 +59,10 @@ def _from_differences(d: np.ndarray, metric: str, p: float) -> np.ndarray:
 def distances(x: np.ndarray, v: np.ndarray, metric: str, p: float) -> np.ndarray:
     """Every row's distance to every vector, the specification's way: (n, m)."""
     if metric == "cosine":  # cosine_distances: S = -cos; S += 1; clip to [0, 2]
-        return np.clip(1.0 - _l2_rows(x) @ _l2_rows(v).T, 0.0, 2.0)
+        return np.clip(1.0 - l2_rows(x) @ l2_rows(v).T, 0.0, 2.0)
     out = np.empty((x.shape[0], v.shape[0]))
     with np.errstate(over="ignore"):  # huge inputs: inf distances, as sklearn's
-        for sl in _row_chunks(x.shape[0], v.shape[0] * v.shape[1]):
+        for sl in row_chunks(x.shape[0], v.shape[0] * v.shape[1]):
             out[sl] = _from_differences(x[sl, None, :] - v[None, :, :], metric, p)
     return out
 
@@ -91,7 +96,7 @@ def nearest(x: np.ndarray, v: np.ndarray, metric: str, p: float, k: int
     vv = np.einsum("ij,ij->i", v, v)
     slack = ERROR_BOUND * (v.shape[1] + 4) * EPS
     dist, idx = np.empty((n, k)), np.empty((n, k), dtype=np.int64)
-    for sl in _row_chunks(n, m):
+    for sl in row_chunks(n, m):
         xb = x[sl]
         xx = np.einsum("ij,ij->i", xb, xb)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -120,17 +125,57 @@ def nearest(x: np.ndarray, v: np.ndarray, metric: str, p: float, k: int
     return dist, idx
 
 
-@rule(Op.KNN)
-def _knn(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
-    a = node.attrs
-    k = int(a["k"])
-    near, idx = nearest(_f64(ins[0]), _f64(a["vectors"]), a["metric"], float(a.get("p", 2.0)), k)
-    w = distance_weights(near) if a["weights"] == "distance" else np.ones(idx.shape)
-    values = _f64(a["values"])
-    out = np.zeros((idx.shape[0], values.shape[1]))
-    for i in range(k):  # neighbour order, as sklearn accumulates
-        out += w[:, i:i + 1] * values[idx[:, i]]
-    if a.get("normalize", False):
-        total = out.sum(axis=1, keepdims=True)
-        return out / np.where(total == 0.0, 1.0, total)
-    return out / w.sum(axis=1, keepdims=True)
+def distance_weights(dist: np.ndarray) -> np.ndarray:
+    """neighbors._base._get_weights(dist, "distance"): 1 / dist per neighbour; a row with a
+    zero distance weighs its zero-distance neighbours 1 and the others 0."""
+    with np.errstate(divide="ignore"):
+        w = 1.0 / dist
+    inf = np.isinf(w)
+    return np.where(inf.any(axis=1, keepdims=True), inf.astype(np.float64), w)
+
+
+@define(Op.KNN)
+class Knn(Attrs):
+    """(n, d) -> (n, w): each row's distances (``metric``, ``p`` for minkowski) to the m
+    fitted ``vectors`` (m, d) from the per-pair differences (cosine as sklearn's
+    cosine_distances: 1 - normalized dot, clipped to [0, 2]); the ``k`` smallest (ties: lowest
+    index first, a stable sort's first k); ``weights`` 1 or 1/dist (rows with a zero distance:
+    1 for zero distances, 0 for the rest); output sum_i w_i * values[idx_i] divided by
+    sum_i w_i, or when ``normalize`` by the row sum of that (0 -> 1), as
+    KNeighborsClassifier.predict_proba. ``values`` is (m, w)."""
+
+    vectors: Any
+    values: Any
+    k: int
+    metric: str = "euclidean"
+    p: float = 2.0
+    weights: str = "uniform"
+    normalize: bool = False
+
+    def check(self, n: Any, ins: list) -> None:
+        super().check(n, ins)
+        m = array(n, "vectors", self.vectors, (None, ins[0].width), finite=True).shape[0]
+        if choice(n, "metric", self.metric, DISTANCE_METRICS) == "minkowski" and real(
+                n, "p", self.p) < 1:
+            raise bad(n, "minkowski p must be >= 1")
+        integer(n, "k", self.k, 1, m)
+        choice(n, "weights", self.weights, NEIGHBOUR_WEIGHTS)
+        array(n, "values", self.values, (m, None))
+        if not isinstance(self.normalize, bool):
+            raise bad(n, "normalize must be a bool")
+
+    def infer_width(self, widths: list) -> int:
+        return int(np.shape(self.values)[1])
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        k = int(self.k)
+        near, idx = nearest(f64(ins[0]), f64(self.vectors), self.metric, float(self.p), k)
+        w = distance_weights(near) if self.weights == "distance" else np.ones(idx.shape)
+        values = f64(self.values)
+        out = np.zeros((idx.shape[0], values.shape[1]))
+        for i in range(k):  # neighbour order, as sklearn accumulates
+            out += w[:, i:i + 1] * values[idx[:, i]]
+        if self.normalize:
+            total = out.sum(axis=1, keepdims=True)
+            return out / np.where(total == 0.0, 1.0, total)
+        return out / w.sum(axis=1, keepdims=True)

@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from peregrine.backends.base import NonFiniteInput
-from peregrine.backends.native import jit
-from peregrine.backends.native.rowwise import RowPlan, plan
+from peregrine.errors import NonFiniteInput
 from peregrine.ir import Graph
+from peregrine.kernels import jit
+from peregrine.kernels.rowwise import RowPlan, plan
+from peregrine.kernels.threads import pool
 
 ROW_KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                               ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
@@ -73,10 +74,8 @@ class RowKernel:
         if threads == 1:
             fn(x_ptr, 0, n, params, out_ptr, flags.ctypes.data)
         else:
-            from peregrine.backends.native.executable import _pool  # the native thread pool
-
             bounds = np.linspace(0, n, threads + 1).astype(np.int64)
-            jobs = [_pool(threads).submit(fn, x_ptr, int(bounds[i]), int(bounds[i + 1]), params,
+            jobs = [pool(threads).submit(fn, x_ptr, int(bounds[i]), int(bounds[i + 1]), params,
                                           out_ptr, flags[i:].ctypes.data)
                     for i in range(1, threads)]
             fn(x_ptr, 0, int(bounds[1]), params, out_ptr, flags.ctypes.data)

@@ -8,7 +8,7 @@ the outputs, in their final dtype. That is a single pass over the batch, the lea
 implementation can do (ONNX Runtime's float32 kernels included) while still computing in
 float64 as scikit-learn does.
 
-Semantics are those of ``reference.RULES`` op by op, in float64 (the rules' casts), with the
+Semantics are those of the op rules (``ir/semantics``) op by op, in float64 (the rules' casts), with the
 rules' operation order where rounding depends on it (``(x - c) / s``, ``x * a + b``, products
 then bias); sums run left to right where NumPy may pair them up, ``exp`` is vmath's vector
 one (within 1 ulp of libm's) evaluated for the interleaved rows together, and ``log``/``sqrt``
@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from peregrine.backends.native import vmath
-from peregrine.backends.native.irutil import F32, F64, I1, I32, I64, PTR, gep
 from peregrine.ir import Graph, Link, Op
+from peregrine.kernels import vmath
+from peregrine.kernels.irutil import F32, F64, I1, I32, I64, PTR, gep
 
 # Limits past which a fused kernel is the wrong tool: a LINEAR this large is a GEMM (torch's
 # BLAS blocks it for the cache; a per-row loop would reload the weights every row), and very
@@ -149,40 +149,40 @@ def _step(node, widths: list[int], param) -> dict | None:
     op, a = node.op, node.attrs
     w, win = int(node.width), (widths[0] if widths else 0)
     if op is Op.LINEAR:
-        weight = np.asarray(a["weight"], dtype=np.float64)
+        weight = np.asarray(a.weight, dtype=np.float64)
         if weight.ndim != 2 or weight.shape != (win, w) or weight.size > MAX_WEIGHTS:
             return None
         form = "dot" if w <= DOT_OUTPUTS else "axpy"
         return {"op": "linear", "form": form, "W": param(weight.T if form == "dot" else weight),
-                "b": param(a["bias"], w)}
+                "b": param(a.bias, w)}
     if op is Op.CENTER_SCALE and w == win:
-        return {"op": "center_scale", "c": param(a["center"], w), "s": param(a["scale"], w)}
+        return {"op": "center_scale", "c": param(a.center, w), "s": param(a.scale, w)}
     if op is Op.AFFINE and w == win:
-        return {"op": "affine", "a": param(a.get("scale", 1.0), w),
-                "s": param(a.get("shift", 0.0), w)}
+        return {"op": "affine", "a": param(a.scale, w),
+                "s": param(a.shift, w)}
     if op is Op.CLIP and w == win:
-        return {"op": "clip", "lo": float(a["low"]), "hi": float(a["high"])}
+        return {"op": "clip", "lo": float(a.low), "hi": float(a.high)}
     if op is Op.BINARIZE and w == win:
-        return {"op": "binarize", "t": float(a["threshold"])}
-    if op is Op.NORMALIZE and w == win and a["norm"] in ("l1", "l2", "max"):
-        return {"op": "normalize", "norm": a["norm"], "uniform": a.get("zero", "one") == "uniform"}
-    if op is Op.LINK and a["kind"] in LINKS and w == win:
-        return {"op": "link", "kind": a["kind"].value, "scale": float(a.get("scale", 1.0))}
+        return {"op": "binarize", "t": float(a.threshold)}
+    if op is Op.NORMALIZE and w == win and a.norm in ("l1", "l2", "max"):
+        return {"op": "normalize", "norm": a.norm, "uniform": a.zero == "uniform"}
+    if op is Op.LINK and a.kind in LINKS and w == win:
+        return {"op": "link", "kind": a.kind.value, "scale": float(a.scale)}
     if op is Op.BINARY_PROBA and w == 2:
         return {"op": "binary_proba"}
     if op is Op.THRESHOLD and w == 1:
-        return {"op": "threshold", "v": float(a["value"]), "strict": bool(a.get("strict", True))}
+        return {"op": "threshold", "v": float(a.value), "strict": bool(a.strict)}
     if op is Op.ARGMAX and w == 1:
         return {"op": "argmax"}
-    if op is Op.UFUNC and a["name"] in UFUNCS and w == win:
-        return {"op": "ufunc", "f": UFUNCS[a["name"]]}
+    if op is Op.UFUNC and a.name in UFUNCS and w == win:
+        return {"op": "ufunc", "f": UFUNCS[a.name]}
     if op is Op.SELECT:
-        cols = [int(c) for c in np.asarray(a["columns"]).reshape(-1)]
+        cols = [int(c) for c in np.asarray(a.columns).reshape(-1)]
         if len(cols) != w or any(not 0 <= c < win for c in cols):
             return None
         return {"op": "select", "cols": cols}
     if op is Op.POLYNOMIAL:
-        powers = np.asarray(a["powers"], dtype=np.int64)
+        powers = np.asarray(a.powers, dtype=np.int64)
         if powers.shape != (w, win) or (powers < 0).any() or powers.sum(1).max(initial=0) > 8:
             return None
         # factors[t][k]: output k's t-th factor column (-1: none left, multiply by 1.0), in

@@ -1,0 +1,283 @@
+"""Pipeline ops: scikit-learn's featurizers and linear models. Every rule computes in float64
+(sklearn's float64 path; float32 inputs are promoted, the runtime casts the output back where
+sklearn keeps float32)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from peregrine.ir.ops import UFUNCS, Op
+from peregrine.ir.semantics.base import (
+    Attrs,
+    bad,
+    choice,
+    define,
+    f64,
+    per_column,
+    some_inputs,
+)
+from peregrine.options import CompileOptions
+
+
+@define(Op.LINEAR)
+class Linear(Attrs):
+    """x @ weight + bias; weight (in, out), bias (out,)."""
+
+    weight: Any
+    bias: Any
+
+    def check(self, n: Any, ins: list) -> None:
+        super().check(n, ins)
+        w, b = f64(self.weight), f64(self.bias)
+        if w.ndim != 2 or b.shape != (w.shape[1],):
+            raise bad(n, f"weight {w.shape} / bias {b.shape} mismatch")
+        if ins[0].width is not None and ins[0].width != w.shape[0]:
+            raise bad(n, f"weight has {w.shape[0]} rows, input {ins[0].width} columns")
+
+    def infer_width(self, widths: list) -> int:
+        return int(np.shape(self.weight)[1])
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        # safe_sparse_dot(X, coef_.T) + intercept_ (sklearn/linear_model/_base.py)
+        return f64(ins[0]) @ f64(self.weight) + f64(self.bias)
+
+
+@define(Op.SELECT)
+class Select(Attrs):
+    """x[:, columns]: drop, reorder or repeat columns."""
+
+    columns: Any
+
+    def check(self, n: Any, ins: list) -> None:
+        super().check(n, ins)
+        cols = np.asarray(self.columns, dtype=np.int64).reshape(-1)
+        if ins[0].width is not None and cols.size and (cols.min() < 0
+                                                       or cols.max() >= ins[0].width):
+            raise bad(n, f"selects a column outside [0, {ins[0].width})")
+
+    def infer_width(self, widths: list) -> int:
+        return int(np.asarray(self.columns).size)
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        return ins[0][:, np.asarray(self.columns, dtype=np.int64).reshape(-1)]
+
+
+@define(Op.CONCAT)
+class Concat(Attrs):
+    """Several inputs hstacked in order (ColumnTransformer, FeatureUnion)."""
+
+    def check(self, n: Any, ins: list) -> None:
+        some_inputs(n, ins)
+
+    def infer_width(self, widths: list) -> int | None:
+        return None if None in widths else sum(widths)
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        return np.concatenate([f64(x) for x in ins], axis=1)
+
+
+@define(Op.CENTER_SCALE)
+class CenterScale(Attrs):
+    """(x - center) / scale per column, two roundings in that order (StandardScaler,
+    RobustScaler, MaxAbsScaler: ``X -= center; X /= scale``)."""
+
+    center: Any
+    scale: Any
+
+    def check(self, n: Any, ins: list) -> None:
+        super().check(n, ins)
+        per_column(n, "center", self.center, ins[0].width)
+        per_column(n, "scale", self.scale, ins[0].width)
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        return (f64(ins[0]) - f64(self.center)) / f64(self.scale)
+
+
+@define(Op.CLIP)
+class Clip(Attrs):
+    """np.clip(x, low, high) with scalar bounds."""
+
+    low: float
+    high: float
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        return np.clip(f64(ins[0]), float(self.low), float(self.high))
+
+
+@define(Op.NORMALIZE)
+class Normalize(Attrs):
+    """Rows divided by their ``norm`` ("l1", "l2", "max"); a zero norm divides by 1
+    (sklearn's _handle_zeros_in_scale), or with ``zero="uniform"`` an all-zero row becomes
+    1/width in every column (_predict_proba_lr)."""
+
+    norm: str
+    zero: str = "one"
+
+    def check(self, n: Any, ins: list) -> None:
+        super().check(n, ins)
+        choice(n, "norm", self.norm, ("l1", "l2", "max"))
+        choice(n, "zero", self.zero, ("one", "uniform"))
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        x = f64(ins[0])
+        if self.norm == "l1":
+            n = np.abs(x).sum(axis=1)
+        elif self.norm == "l2":
+            n = np.sqrt(np.einsum("ij,ij->i", x, x))
+        else:
+            n = np.max(np.abs(x), axis=1)
+        zero = n == 0.0
+        out = x / np.where(zero, 1.0, n)[:, None]
+        if self.zero == "uniform":
+            out[zero] = 1.0 / x.shape[1]
+        return out
+
+
+@define(Op.BINARIZE)
+class Binarize(Attrs):
+    """(x > threshold) as 0.0/1.0."""
+
+    threshold: float = 0.0
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        return (f64(ins[0]) > float(self.threshold)).astype(np.float64)
+
+
+@define(Op.IMPUTE)
+class Impute(Attrs):
+    """Entries equal to ``missing`` (NaN: isnan) become ``values[j]`` of their column."""
+
+    values: Any
+    missing: float = float("nan")
+
+    def check(self, n: Any, ins: list) -> None:
+        super().check(n, ins)
+        per_column(n, "values", self.values, ins[0].width)
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        x = f64(ins[0])
+        missing = float(self.missing)
+        hit = np.isnan(x) if np.isnan(missing) else (x == missing)
+        return np.where(hit, f64(self.values), x)
+
+
+def category_matches(x: np.ndarray, cats: np.ndarray) -> np.ndarray:
+    """(n, len(cats)) bool: x equals the category, NaN matching a NaN category."""
+    x = x[:, None]
+    return (x == cats[None, :]) | (np.isnan(x) & np.isnan(cats)[None, :])
+
+
+def _check_categories(n: Any, columns: Any, categories: Any, per_col: Any) -> None:
+    if not (len(columns) == len(categories) == len(per_col)):
+        raise bad(n, "columns/categories/slots lengths differ")
+    for c, s in zip(categories, per_col):
+        if len(c) != len(s):
+            raise bad(n, "a column's categories and slots differ")
+
+
+@define(Op.ONE_HOT)
+class OneHot(Attrs):
+    """0/1 indicator columns. Per listed input column: ``categories`` (float64; NaN matches
+    NaN), ``slots`` (the output column of each category, -1 = none) and ``unknown_slots`` (the
+    output column set when no category matches, -1 = none). The node's width is the number of
+    indicator columns."""
+
+    columns: Any
+    categories: Any
+    slots: Any
+    unknown_slots: Any
+
+    def check(self, n: Any, ins: list) -> None:
+        super().check(n, ins)
+        _check_categories(n, self.columns, self.categories, self.slots)
+        top = max([int(np.max(s, initial=-1)) for s in self.slots] +
+                  [int(np.max(self.unknown_slots, initial=-1))])
+        if n.width is None or top >= n.width:
+            raise bad(n, f"one-hot slot {top} outside width {n.width}")
+
+    def infer_width(self, widths: list) -> None:
+        return None  # slots may leave trailing columns unused: the frontend says the width
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        x = f64(ins[0])
+        out = np.zeros((x.shape[0], int(node.width)), dtype=np.float64)
+        for j, cats, slots, unknown in zip(self.columns, self.categories, self.slots,
+                                           self.unknown_slots):
+            hit = category_matches(x[:, int(j)], f64(cats))
+            for k, slot in enumerate(np.asarray(slots, dtype=np.int64)):
+                if slot >= 0:
+                    out[:, slot] = np.maximum(out[:, slot], hit[:, k])
+            if int(unknown) >= 0:
+                out[:, int(unknown)] = np.maximum(out[:, int(unknown)], ~hit.any(axis=1))
+        return out
+
+
+@define(Op.CATEGORY_MAP)
+class CategoryMap(Attrs):
+    """Listed columns -> ``codes[matching category]`` (categories as ONE_HOT), or that
+    column's ``unknown`` value; other columns unchanged."""
+
+    columns: Any
+    categories: Any
+    codes: Any
+    unknown: Any
+
+    def check(self, n: Any, ins: list) -> None:
+        super().check(n, ins)
+        _check_categories(n, self.columns, self.categories, self.codes)
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        x = f64(ins[0])
+        out = x.copy()
+        for j, cats, codes, unknown in zip(self.columns, self.categories, self.codes,
+                                           self.unknown):
+            hit = category_matches(x[:, int(j)], f64(cats))
+            first = np.argmax(hit, axis=1)
+            code = np.append(f64(codes), np.nan)[np.where(hit.any(axis=1), first, len(codes))]
+            out[:, int(j)] = np.where(hit.any(axis=1), code, float(unknown))
+        return out
+
+
+@define(Op.POLYNOMIAL)
+class Polynomial(Attrs):
+    """powers (n_out, n_in): out_k = prod_j x_j ** p_kj, as repeated products."""
+
+    powers: Any
+
+    def check(self, n: Any, ins: list) -> None:
+        super().check(n, ins)
+        p = np.asarray(self.powers)
+        if p.ndim != 2 or (ins[0].width is not None and p.shape[1] != ins[0].width):
+            raise bad(n, f"powers shape {p.shape} vs input {ins[0].width}")
+
+    def infer_width(self, widths: list) -> int:
+        return int(np.shape(self.powers)[0])
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        x = f64(ins[0])
+        powers = np.asarray(self.powers, dtype=np.int64)
+        out = np.ones((x.shape[0], powers.shape[0]), dtype=np.float64)
+        for k, row in enumerate(powers):
+            for j in np.flatnonzero(row):
+                for _ in range(int(row[j])):  # repeated products, as sklearn multiplies
+                    out[:, k] = out[:, k] * x[:, j]
+        return out
+
+
+@define(Op.UFUNC)
+class Ufunc(Attrs):
+    """The NumPy ufunc ``name`` (one of ``ir.ops.UFUNCS``) element-wise."""
+
+    name: str
+
+    def check(self, n: Any, ins: list) -> None:
+        super().check(n, ins)
+        if self.name not in UFUNCS:
+            raise bad(n, f"ufunc {self.name!r} not in UFUNCS")
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        with np.errstate(all="ignore"):  # log(-1) -> NaN, as numpy (sklearn does not check)
+            return getattr(np, self.name)(f64(ins[0]))
+
