@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from peregrine.ir.ops import Op
 from peregrine.ir.spec import ModelSpec
 from peregrine.options import CompileOptions
 
@@ -49,6 +50,17 @@ class Backend(ABC):
     def available(cls) -> bool:
         """True when the backend's dependencies import on this machine."""
         return True
+
+    # How the backend computes each op (INPUT aside): the ops it lowers to its own code, and
+    # those it runs by their NumPy rule (``ir/semantics``), its declared fallbacks. Every op is
+    # in exactly one of the two (tests/test_op_coverage.py); fallbacks are listed in the docs.
+    @classmethod
+    def lowered(cls) -> frozenset[Op]:
+        return frozenset()
+
+    @classmethod
+    def fallback(cls) -> frozenset[Op]:
+        return frozenset(op for op in Op if op is not Op.INPUT) - cls.lowered()
 
     @classmethod
     @abstractmethod

@@ -28,6 +28,16 @@ from peregrine.ir import Op
 from peregrine.ir.spec import ModelSpec
 from peregrine.options import CompileOptions
 
+# Ops with native code: forests (and the epilogue ops fused into their kernels) and the row-wise
+# ops fused into row kernels (kernels/rowwise.py: each row read once, every op in registers).
+# The others run their NumPy rule between kernels (rules.run; KERNEL rbf in its expanded BLAS
+# form): the fallbacks docs/native.md lists.
+NATIVE_OPS = frozenset({
+    Op.TREE_ENSEMBLE, Op.AFFINE, Op.LINK, Op.BINARY_PROBA, Op.ARGMAX, Op.THRESHOLD,
+    Op.LINEAR, Op.SELECT, Op.CONCAT, Op.CENTER_SCALE, Op.CLIP, Op.NORMALIZE, Op.BINARIZE,
+    Op.POLYNOMIAL, Op.UFUNC,
+})
+
 
 class NativeBackend(Backend):
     name = "native"
@@ -37,6 +47,10 @@ class NativeBackend(Backend):
     @classmethod
     def available(cls) -> bool:
         return importlib.util.find_spec("llvmlite") is not None
+
+    @classmethod
+    def lowered(cls) -> frozenset[Op]:
+        return NATIVE_OPS
 
     @classmethod
     def compile(cls, spec: ModelSpec, options: CompileOptions, device: str) -> Executable:

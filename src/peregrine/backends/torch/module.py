@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from peregrine.backends.base import Backend, Executable
-from peregrine.backends.torch.ops import Lowered, lower_node
+from peregrine.backends.torch.ops import LOWERINGS, Lowered, lower_node
 from peregrine.errors import UnsupportedModelError
 from peregrine.ir import Graph, Op
 from peregrine.ir.spec import ModelSpec
@@ -341,6 +341,10 @@ class TorchBackend(Backend):
     description = "PyTorch tensor program (GEMM / tree traversal / perfect tree traversal)"
     devices = ("cpu", "cuda")
     executable = TorchExecutable
+
+    @classmethod
+    def lowered(cls) -> frozenset[Op]:
+        return frozenset(LOWERINGS)  # filled by the ops_* modules the package imports
 
     @classmethod
     def compile(cls, spec: ModelSpec, options: CompileOptions, device: str) -> Executable:

@@ -1,0 +1,74 @@
+"""Every op has one definition (ir/semantics) and every backend either lowers it or declares
+it a fallback, which runs that definition's NumPy rule; the fallbacks are listed in the docs
+and may only shrink."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from peregrine.backends import _MODULES, get_backend
+from peregrine.errors import UnsupportedModelError
+from peregrine.ir.ops import Op
+from peregrine.ir.semantics import DEFS
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+OPS = frozenset(op for op in Op if op is not Op.INPUT)
+# The fallbacks each backend had when they were first declared (commit after 327907d).
+# Lowering an op lowers these; a new op a backend does not lower must raise them knowingly.
+MAX_FALLBACKS = {"native": 19, "torch": 0, "torchscript": 0, "reference": 0}
+
+
+def _backend(name):
+    try:
+        return get_backend(name)
+    except UnsupportedModelError as exc:
+        pytest.skip(str(exc))
+
+
+def test_every_op_has_one_definition():
+    assert set(DEFS) == set(Op)
+    for op, d in DEFS.items():
+        assert d.op is op and d.__doc__, f"{op}: definition without its documentation"
+
+
+@pytest.mark.parametrize("name", [m[0] for m in _MODULES])
+def test_backend_lowers_or_falls_back_for_every_op(name):
+    backend = _backend(name)
+    lowered, fallback = backend.lowered(), backend.fallback()
+    assert lowered | fallback == OPS, f"{name}: no plan for {sorted(o.name for o in OPS - lowered - fallback)}"
+    assert not lowered & fallback
+    assert name in MAX_FALLBACKS, f"declare the new backend {name!r}'s fallback budget"
+    assert len(fallback) <= MAX_FALLBACKS[name], (
+        f"{name} falls back on {len(fallback)} ops, more than {MAX_FALLBACKS[name]}")
+
+
+def test_native_fallbacks_are_documented():
+    backend = _backend("native")
+    text = (DOCS / "native.md").read_text()
+    listed = re.search(r"<!-- native-fallbacks -->(.*?)<!-- /native-fallbacks -->", text, re.S)
+    assert listed, "docs/native.md lost its fallback list"
+    names = set(re.findall(r"`([A-Z_]+)`", listed.group(1)))
+    assert names == {op.name for op in backend.fallback()}
+
+
+def test_native_fallbacks_run_the_rule():
+    """rules.run hands every fallback op to its definition's rule (KERNEL's rbf aside)."""
+    from peregrine.backends.native import rules
+
+    calls = []
+
+    class Probe:
+        def rule(self, node, ins, options):
+            calls.append(node.op)
+            return "ran"
+
+    class Node:
+        def __init__(self, op):
+            self.op, self.attrs = op, Probe()
+
+    for op in _backend("native").fallback() - {Op.KERNEL}:
+        assert rules.run(Node(op), [], None) == "ran"
+    assert len(calls) == len(_backend("native").fallback()) - 1
