@@ -31,6 +31,7 @@ _MODULES = (
     ("peregrine.frontends.xgboost", "xgboost"),
     ("peregrine.frontends.lightgbm", "lightgbm"),
     ("peregrine.frontends.catboost", "catboost"),
+    ("peregrine.frontends.onnx_ml", "onnx"),
 )
 _loaded = False
 
