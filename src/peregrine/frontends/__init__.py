@@ -31,7 +31,7 @@ _MODULES = (
     ("peregrine.frontends.xgboost", "xgboost"),
     ("peregrine.frontends.lightgbm", "lightgbm"),
     ("peregrine.frontends.catboost", "catboost"),
-    ("peregrine.frontends.onnx_ml", "onnx"),
+    ("peregrine.frontends.onnx_ml_model", "onnx"),
 )
 _loaded = False
 
