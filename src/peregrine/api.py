@@ -60,7 +60,8 @@ def compile(  # noqa: A001 - the public name users expect
     if is_model_source(model):
         model = load_model(model).model
     spec = convert(model)
-    spec = dataclasses.replace(spec, graph=run_passes(spec.graph))
+    report: list[dict[str, str]] = []
+    spec = dataclasses.replace(spec, graph=run_passes(spec.graph, options, report))
     if backend == "auto":
         backend = resolve_auto()
     rows = None
@@ -80,6 +81,7 @@ def compile(  # noqa: A001 - the public name users expect
     if rows is not None and not isinstance(rows, np.ndarray):  # a tensor kept as one
         rows = rows.detach().cpu().numpy()
     compiled = build(spec, backend, options, device, sample=rows)
+    compiled.passes = report
     if options.validate:
         from peregrine.runtime.validate import validate
 
@@ -110,8 +112,13 @@ def load(path: str | os.PathLike, *, backend: str | None = None,
     validation = body.get("validation")  # absent unless validated (and before it existed)
     if validation is not None and not isinstance(validation, dict):
         raise ArtifactError(f"{path}: stored validation report is not an object")
+    passes = body.get("passes")  # absent before the pass manager
+    if passes is not None and not (isinstance(passes, list)
+                                   and all(isinstance(p, dict) for p in passes)):
+        raise ArtifactError(f"{path}: stored pass report is not a list of objects")
     compiled = build(spec, chosen, options, device or body["device"], content_hash, saved=saved)
     compiled.validation = validation
+    compiled.passes = passes
     return compiled
 
 

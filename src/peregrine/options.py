@@ -62,6 +62,11 @@ class CompileOptions:
         (``runtime/validate.py``); ``explain()`` then reports the largest deviation seen. Off by
         default (it calls the source model); needs ``sample_input``. Saved artifacts keep the
         report; ``peregrine.load`` has no source model and does not validate again.
+    passes:
+        Names of the graph passes to run (``peregrine.passes.PIPELINE``, in its order); None
+        runs them all. Every pass is exact, so this changes speed, never answers.
+    disable_passes:
+        Names of passes not to run (e.g. to measure what one buys).
     """
 
     tree_strategy: TreeStrategy = TreeStrategy.AUTO
@@ -72,6 +77,8 @@ class CompileOptions:
     validate_input: bool = True
     fused_kernels: bool = True
     validate: bool = False
+    passes: tuple[str, ...] | None = None
+    disable_passes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Accept the enum's string value too, so CLI and JSON round-trips stay simple.
@@ -88,6 +95,14 @@ class CompileOptions:
             raise ValueError(
                 f"CompileOptions.validate must be True or False, got {self.validate!r}"
             )
+        for key in ("passes", "disable_passes"):
+            names = getattr(self, key)
+            if names is None:
+                continue
+            if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+                raise ValueError(f"CompileOptions.{key} must be a sequence of pass names, "
+                                 f"got {names!r}")
+            object.__setattr__(self, key, tuple(names))
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"CompileOptions.batch_size must be >= 1, got {self.batch_size}")
 
@@ -107,6 +122,8 @@ class CompileOptions:
             "validate_input": self.validate_input,
             "fused_kernels": self.fused_kernels,
             "validate": self.validate,
+            "passes": None if self.passes is None else list(self.passes),
+            "disable_passes": list(self.disable_passes),
         }
 
     @classmethod
@@ -120,4 +137,6 @@ class CompileOptions:
             validate_input=bool(data.get("validate_input", True)),
             fused_kernels=bool(data.get("fused_kernels", True)),
             validate=bool(data.get("validate", False)),  # absent before validation existed
+            passes=data.get("passes"),  # absent before the pass manager: the default
+            disable_passes=tuple(data.get("disable_passes", ())),
         )

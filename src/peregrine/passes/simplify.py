@@ -24,17 +24,26 @@ def _rewire(graph: Graph, alias: dict[str, str], drop: set[str]) -> Graph:
     return Graph(nodes, outputs)
 
 
-def pm_drop_identity_links(graph: Graph) -> Graph:
+def drop_identity_links(graph: Graph) -> tuple[Graph, str]:
     """LINK(identity) is a no-op: point its readers at its input."""
     alias = {
         n.name: n.inputs[0]
         for n in graph.nodes
         if n.op is Op.LINK and n.attrs.kind is Link.IDENTITY
     }
-    return _rewire(graph, alias, set(alias)) if alias else graph
+    if not alias:
+        return graph, ""
+    return _rewire(graph, alias, set(alias)), f"removed {len(alias)} identity link(s)"
 
 
-def pm_fold_affine_chains(graph: Graph) -> Graph:
+def fold_affine_chains(graph: Graph) -> tuple[Graph, str]:
+    """AFFINE(AFFINE(x)) -> one AFFINE where that keeps every bit (see _fold_affine)."""
+    out = _fold_affine(graph)
+    folded = len(graph.nodes) - len(out.nodes)
+    return out, (f"folded {folded} affine pair(s)" if folded else "")
+
+
+def _fold_affine(graph: Graph) -> Graph:
     """AFFINE(AFFINE(x)) -> one AFFINE when the inner one has no other reader.
 
     In general (x*a + b)*c + d = x*(a*c) + (b*c + d) rounds differently, so the fold is applied
@@ -63,5 +72,5 @@ def pm_fold_affine_chains(graph: Graph) -> Graph:
         merged = Node(n.name, Op.AFFINE, inner.inputs, {"scale": a, "shift": d}, n.dtype, n.width)
         nodes = tuple(merged if m.name == n.name else m for m in graph.nodes
                       if m.name != inner.name)
-        return pm_fold_affine_chains(Graph(nodes, dict(graph.outputs)))
+        return _fold_affine(Graph(nodes, dict(graph.outputs)))
     return graph

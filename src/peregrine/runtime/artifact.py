@@ -105,9 +105,11 @@ class _Reader:
 
 def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
                   options: dict[str, Any], backend_state: dict[str, Any] | None,
-                  versions: dict[str, str], validation: dict[str, Any] | None = None) -> str:
+                  versions: dict[str, str], validation: dict[str, Any] | None = None,
+                  passes: list[dict[str, str]] | None = None) -> str:
     """Write the artifact; returns its content hash. ``validation``: the compile-time
-    validation report (JSON-able), stored only when there is one (older readers ignore it)."""
+    validation report (JSON-able), ``passes``: what each graph pass changed; each stored only
+    when there is one (older readers ignore them)."""
     w = _Writer()
     graph = {
         "nodes": [
@@ -149,6 +151,8 @@ def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
     }
     if validation is not None:
         body["validation"] = validation
+    if passes is not None:
+        body["passes"] = passes
     hashes = {name: hashlib.sha256(data).hexdigest() for name, data in w.files.items()}
     body["files"] = hashes
     body_bytes = json.dumps(body, sort_keys=True).encode()

@@ -79,6 +79,9 @@ class CompiledModel:
         # CompileOptions(validate=True): the largest deviations from the source seen on the
         # sample rows (runtime/validate.py); kept in saved artifacts. None: not validated.
         self.validation: dict[str, Any] | None = None
+        # what each graph pass changed (passes/manager.py), one entry per pass run; kept in
+        # saved artifacts (their graph is the optimized one). None: not recorded.
+        self.passes: list[dict[str, str]] | None = None
 
     # ------------------------------------------------------------------ public surface --
     @property
@@ -116,6 +119,10 @@ class CompiledModel:
                 val = json.dumps(val, default=str)
             lines.append(f"  {key}: {val}")
         lines.append(f"  validation: {_validation_line(info['validation'])}")
+        if isinstance(info["passes"], list):
+            lines.append("  passes:")
+            lines.extend(f"    {p['pass']}: {p['changed']} ({p['nodes']} nodes)"
+                         for p in info["passes"])
         return "\n".join(lines)
 
     def explain_dict(self) -> dict[str, Any]:
@@ -128,6 +135,7 @@ class CompiledModel:
             "options": self.options.to_json(),
             "backend_choices": self._exec.explain(),
             "validation": self.validation or "not validated",
+            "passes": self.passes if self.passes is not None else "not recorded",
         }
 
     def to(self, device: str) -> CompiledModel:
@@ -148,6 +156,7 @@ class CompiledModel:
             options=self.options.to_json(),
             backend_state=state() if callable(state) else None,
             versions={"peregrine": __version__}, validation=self.validation,
+            passes=self.passes,
         )
         return self.content_hash
 

@@ -17,7 +17,7 @@ lowerings import, so every backend takes them from the semantics, never from ano
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -38,6 +38,10 @@ class Attrs:
 
     op: ClassVar[Op]
     OUT_DTYPE: ClassVar[str] = "float64"  # numpy dtype name of the output
+    # Column-separable ops (output column j computed from input column j alone, the same way
+    # for every column) name the attributes that hold one entry per column; None: not
+    # separable. ``narrow`` uses it; the passes push column selections through such ops.
+    PER_COLUMN: ClassVar[tuple[str, ...] | None] = None
 
     def __post_init__(self) -> None:
         # Array attributes are stored C-contiguous. A program built from a fitted model (whose
@@ -79,6 +83,21 @@ class Attrs:
     def rule(self, node: Node, ins: list[np.ndarray], options: CompileOptions) -> np.ndarray:
         raise NotImplementedError(f"{self.op.value} has no rule")
 
+    def narrow(self, cols: np.ndarray) -> tuple[Attrs, np.ndarray] | None:
+        """Attributes computing only output columns ``cols`` (in that order) from input columns
+        ``in_cols`` (returned; the new input is ``x[:, in_cols]``), with every kept value's
+        arithmetic unchanged; None when the op cannot drop columns that way."""
+        if self.PER_COLUMN is None:
+            return None
+        changes: dict[str, Any] = {}
+        for name in self.PER_COLUMN:
+            v = getattr(self, name)
+            if isinstance(v, (list, tuple)):
+                changes[name] = type(v)(v[int(c)] for c in cols)
+            elif v is not None and np.ndim(v) >= 1:
+                changes[name] = np.asarray(v)[cols]
+        return replace(self, **changes), cols
+
 
 def define(op: Op) -> Callable[[type[Attrs]], type[Attrs]]:
     """Register the class as ``op``'s definition (a frozen, ``eq=False`` dataclass)."""
@@ -112,6 +131,21 @@ def _canonical(value: Any) -> Any:
 
 def f64(x: Any) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
+
+
+def narrow_column_maps(attrs: Any, cols: np.ndarray, per_entry: tuple[str, ...]) -> Any:
+    """``attrs`` (with ``columns`` listing the input columns it maps and one entry per listed
+    column in each ``per_entry`` attribute) for the input ``x[:, cols]``: entries of other
+    columns dropped, the rest renumbered (ORDINAL_ENCODE, CATEGORY_MAP)."""
+    at = {int(c): i for i, c in enumerate(cols)}
+    keep = [k for k, j in enumerate(attrs.columns) if int(j) in at]
+    changes: dict[str, Any] = {"columns": np.asarray([at[int(attrs.columns[k])] for k in keep],
+                                                     dtype=np.int64)}
+    for name in per_entry:
+        v = getattr(attrs, name)
+        changes[name] = (type(v)(v[k] for k in keep) if isinstance(v, (list, tuple))
+                         else np.asarray(v)[keep])
+    return replace(attrs, **changes)
 
 
 # ------------------------------------------------------------- validation helpers --

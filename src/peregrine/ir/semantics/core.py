@@ -8,7 +8,14 @@ from typing import Any
 import numpy as np
 
 from peregrine.ir.ops import Link, Op
-from peregrine.ir.semantics.base import Attrs, bad, define, n_inputs, per_column
+from peregrine.ir.semantics.base import (
+    Attrs,
+    bad,
+    define,
+    n_inputs,
+    narrow_column_maps,
+    per_column,
+)
 from peregrine.options import CompileOptions
 
 
@@ -26,6 +33,8 @@ class Input(Attrs):
 @define(Op.AFFINE)
 class Affine(Attrs):
     """x * scale + shift, per column (arrays) or for all columns (scalars)."""
+
+    PER_COLUMN = ("scale", "shift")
 
     scale: Any = 1.0
     shift: Any = 0.0
@@ -150,6 +159,9 @@ class OrdinalEncode(Attrs):
         super().check(n, ins)
         if len(self.columns) != len(self.categories):
             raise bad(n, "columns and categories lengths differ")
+
+    def narrow(self, cols: np.ndarray) -> tuple[Attrs, np.ndarray]:
+        return narrow_column_maps(self, cols, ("categories",)), cols
 
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
         x = ins[0]

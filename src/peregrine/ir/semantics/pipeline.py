@@ -4,6 +4,7 @@ sklearn keeps float32)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -15,6 +16,7 @@ from peregrine.ir.semantics.base import (
     choice,
     define,
     f64,
+    narrow_column_maps,
     per_column,
     some_inputs,
 )
@@ -83,6 +85,8 @@ class CenterScale(Attrs):
     """(x - center) / scale per column, two roundings in that order (StandardScaler,
     RobustScaler, MaxAbsScaler: ``X -= center; X /= scale``)."""
 
+    PER_COLUMN = ("center", "scale")
+
     center: Any
     scale: Any
 
@@ -98,6 +102,8 @@ class CenterScale(Attrs):
 @define(Op.CLIP)
 class Clip(Attrs):
     """np.clip(x, low, high) with scalar bounds."""
+
+    PER_COLUMN = ()
 
     low: float
     high: float
@@ -139,6 +145,8 @@ class Normalize(Attrs):
 class Binarize(Attrs):
     """(x > threshold) as 0.0/1.0."""
 
+    PER_COLUMN = ()
+
     threshold: float = 0.0
 
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
@@ -148,6 +156,8 @@ class Binarize(Attrs):
 @define(Op.IMPUTE)
 class Impute(Attrs):
     """Entries equal to ``missing`` (NaN: isnan) become ``values[j]`` of their column."""
+
+    PER_COLUMN = ("values",)
 
     values: Any
     missing: float = float("nan")
@@ -200,6 +210,23 @@ class OneHot(Attrs):
     def infer_width(self, widths: list) -> None:
         return None  # slots may leave trailing columns unused: the frontend says the width
 
+    def narrow(self, cols: np.ndarray) -> tuple[Attrs, np.ndarray]:
+        # output column i of the narrowed op is slot cols[i]; categories whose slot is dropped
+        # get -1 (no column), input columns with no kept slot are not read at all
+        pos = {int(c): i for i, c in enumerate(cols)}
+        kept = []
+        for j, cats, slots, unknown in zip(self.columns, self.categories, self.slots,
+                                           self.unknown_slots):
+            new = np.asarray([pos.get(int(t), -1) for t in slots], dtype=np.int64)
+            unk = pos.get(int(unknown), -1)
+            if (new >= 0).any() or unk >= 0:
+                kept.append((int(j), cats, new, unk))
+        in_cols = np.asarray(sorted({k[0] for k in kept}), dtype=np.int64)
+        at = {int(c): i for i, c in enumerate(in_cols)}
+        return replace(self, columns=np.asarray([at[k[0]] for k in kept], dtype=np.int64),
+                       categories=tuple(k[1] for k in kept), slots=tuple(k[2] for k in kept),
+                       unknown_slots=np.asarray([k[3] for k in kept], dtype=np.int64)), in_cols
+
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
         x = f64(ins[0])
         out = np.zeros((x.shape[0], int(node.width)), dtype=np.float64)
@@ -227,6 +254,9 @@ class CategoryMap(Attrs):
     def check(self, n: Any, ins: list) -> None:
         super().check(n, ins)
         _check_categories(n, self.columns, self.categories, self.codes)
+
+    def narrow(self, cols: np.ndarray) -> tuple[Attrs, np.ndarray]:
+        return narrow_column_maps(self, cols, ("categories", "codes", "unknown")), cols
 
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
         x = f64(ins[0])
@@ -269,6 +299,8 @@ class Polynomial(Attrs):
 @define(Op.UFUNC)
 class Ufunc(Attrs):
     """The NumPy ufunc ``name`` (one of ``ir.ops.UFUNCS``) element-wise."""
+
+    PER_COLUMN = ()
 
     name: str
 

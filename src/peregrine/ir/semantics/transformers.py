@@ -42,6 +42,8 @@ class Interp(Attrs):
     fp[i] (the last of repeated xp), else slope * (x - xp[i]) + fp[i]; NaN -> NaN (a
     one-point table maps NaN to fp[0], as numpy)."""
 
+    PER_COLUMN = ("xp", "fp", "left", "right")
+
     xp: Any
     fp: Any
     left: Any
@@ -84,6 +86,8 @@ class Quantile(Attrs):
     q[-1] for ``output="uniform"``; x -+ 1e-7 beyond them, computed in the input's dtype, for
     "normal"); normal: ndtri clipped to ndtri(1e-7 - eps), ndtri(1 - (1e-7 - eps)). NaN
     passes through."""
+
+    PER_COLUMN = ("quantiles",)
 
     quantiles: Any
     references: Any
@@ -159,6 +163,8 @@ class Power(Attrs):
     """``method`` "yeo-johnson" | "box-cox" with one lambda per column: scipy's yeojohnson /
     special.boxcox formulas and branches in float64, stored in the input's dtype; NaN -> NaN."""
 
+    PER_COLUMN = ("lambdas",)
+
     method: str
     lambdas: Any
 
@@ -180,6 +186,8 @@ class Power(Attrs):
 class Digitize(Attrs):
     """Per column, the count of ``edges`` (ascending) <= x: np.searchsorted(edges, x,
     side="right") as float64 (NaN -> len(edges))."""
+
+    PER_COLUMN = ("edges",)
 
     edges: Any
 

@@ -97,6 +97,8 @@ class ReplaceWithNan(Attrs):
     (e.g. "float32"): compare after casting the input to it (XGBoost tests float32(x) == missing).
     The output keeps the input's dtype."""
 
+    PER_COLUMN = ()
+
     value: float
     compare_dtype: str | None = None
 
