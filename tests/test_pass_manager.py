@@ -78,9 +78,9 @@ def test_injection_computes_only_what_the_trees_read_and_changes_no_bit(backend)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_pushdown_folds_a_selector_into_the_forest(backend):
     rng = np.random.default_rng(3)
-    X = rng.normal(size=(400, 120))
-    y = X[:, 7] - 2 * X[:, 60] + rng.normal(scale=0.1, size=400)
-    model = make_pipeline(SelectKBest(f_regression, k=10),
+    X = rng.normal(size=(400, 24))
+    y = X[:, 7] - 2 * X[:, 20] + rng.normal(scale=0.1, size=400)
+    model = make_pipeline(SelectKBest(f_regression, k=16),
                           RandomForestRegressor(n_estimators=10, max_depth=5, random_state=0))
     model.fit(X, y)
     Xt = X.copy()
@@ -90,6 +90,16 @@ def test_pushdown_folds_a_selector_into_the_forest(backend):
     assert Op.SELECT not in _ops(on) and Op.SELECT in _ops(off)
     np.testing.assert_array_equal(on.predict(Xt), off.predict(Xt))
     np.testing.assert_allclose(on.predict(Xt), model.predict(Xt), rtol=1e-5, atol=1e-6)
+
+
+def test_a_narrow_selection_stays_a_copy():
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(300, 100))
+    model = make_pipeline(SelectKBest(f_regression, k=10), RandomForestRegressor(
+        n_estimators=5, max_depth=4, random_state=0)).fit(X, X[:, 3] + X[:, 50])
+    on = peregrine.compile(model, "native")
+    assert Op.SELECT in _ops(on)
+    np.testing.assert_allclose(on.predict(X), model.predict(X), rtol=1e-5, atol=1e-6)
 
 
 def test_passes_option_selects_and_rejects_unknown_names():

@@ -1,7 +1,9 @@
 """Feature-selection push-down and injection (Hummingbird, OSDI'20 section 5.1).
 
 * **Push-down**: a tree ensemble reading ``SELECT(x, cols)`` reads ``x`` itself, its node
-  features renumbered through ``cols``: the same values reach the same comparisons.
+  features renumbered through ``cols``: the same values reach the same comparisons. Only
+  where the selection keeps at least half of ``x``'s columns: a narrower one is cheaper
+  copied once than folded (the kernels would then walk the wide rows).
 * **Injection**: a tree ensemble reads only the features its splits use. A ``SELECT`` of
   those features is put in front of it (the forest renumbered to read them) and pushed back
   towards the input through every op that computes each output column from its own input
@@ -52,6 +54,13 @@ def pushdown(graph: Graph) -> tuple[Graph, str]:
         if n.op is Op.TREE_ENSEMBLE and by_name[n.inputs[0]].op is Op.SELECT:
             sel = by_name[n.inputs[0]]
             cols = np.asarray(sel.attrs.columns, dtype=np.int64).reshape(-1)
+            width = by_name[sel.inputs[0]].width
+            if width is None or 2 * cols.size < width:
+                # a narrow selection stays: copying k of d columns once is cheaper than the
+                # forest kernels walking d-wide rows (SelectKBest(20 of 500) -> forest ran
+                # 2x slower folded on the native backend; benchmarks/bench_passes.py)
+                nodes.append(n)
+                continue
             forest = _forest_reading(n.attrs.forest, cols, by_name[sel.inputs[0]].width)
             n = dataclasses.replace(n, inputs=sel.inputs,
                                     attrs=dataclasses.replace(n.attrs, forest=forest))

@@ -179,6 +179,27 @@ def category_matches(x: np.ndarray, cats: np.ndarray) -> np.ndarray:
     return (x == cats[None, :]) | (np.isnan(x) & np.isnan(cats)[None, :])
 
 
+def category_slots(x: np.ndarray, cats: np.ndarray, slots: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Per value of ``x``: the slot of the category it equals (-1 when none, or when that
+    category has no slot) and whether it equals any category; NaN equals a NaN category.
+    Categories are distinct (a fitted encoder's); equality is exact float64 (-0.0 == 0.0)."""
+    order = np.argsort(cats, kind="stable")  # NaN sorts last
+    sorted_cats = cats[order]
+    pos = np.minimum(np.searchsorted(sorted_cats, x), max(len(cats) - 1, 0))
+    if len(cats):
+        found = sorted_cats[pos] == x
+        nan_cat = np.flatnonzero(np.isnan(sorted_cats))
+        if nan_cat.size:
+            nan_x = np.isnan(x)
+            pos = np.where(nan_x, nan_cat[0], pos)
+            found |= nan_x
+    else:
+        found = np.zeros(x.shape, dtype=bool)
+    slot = np.where(found, slots[order][pos] if len(cats) else -1, -1)
+    return slot, found
+
+
 def _check_categories(n: Any, columns: Any, categories: Any, per_col: Any) -> None:
     if not (len(columns) == len(categories) == len(per_col)):
         raise bad(n, "columns/categories/slots lengths differ")
@@ -229,15 +250,19 @@ class OneHot(Attrs):
 
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
         x = f64(ins[0])
-        out = np.zeros((x.shape[0], int(node.width)), dtype=np.float64)
+        n = x.shape[0]
+        out = np.zeros((n, int(node.width)), dtype=np.float64)
+        rows = np.arange(n)
         for j, cats, slots, unknown in zip(self.columns, self.categories, self.slots,
                                            self.unknown_slots):
-            hit = category_matches(x[:, int(j)], f64(cats))
-            for k, slot in enumerate(np.asarray(slots, dtype=np.int64)):
-                if slot >= 0:
-                    out[:, slot] = np.maximum(out[:, slot], hit[:, k])
+            # each value's category by a sorted lookup (one pass, not one per category): a
+            # column sets 1 in the slot of every category it equals, NaN matching NaN
+            slot, found = category_slots(x[:, int(j)], f64(cats),
+                                         np.asarray(slots, dtype=np.int64))
+            hit = slot >= 0
+            out[rows[hit], slot[hit]] = 1.0
             if int(unknown) >= 0:
-                out[:, int(unknown)] = np.maximum(out[:, int(unknown)], ~hit.any(axis=1))
+                out[~found, int(unknown)] = 1.0
         return out
 
 
