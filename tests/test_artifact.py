@@ -191,3 +191,22 @@ def test_arrays_never_unpickled(saved, tmp_path):
 def test_missing_file():
     with pytest.raises(FileNotFoundError):
         peregrine.load("/nonexistent/model.peregrine")
+
+
+def test_load_accepts_bytes_and_file_objects(tmp_path):
+    """What a server, a Dask worker or a Spark task holds: the artifact's bytes, no file."""
+    import io
+
+    from sklearn.ensemble import RandomForestRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(200, 5))
+    model = RandomForestRegressor(n_estimators=5, max_depth=4, random_state=0).fit(X, X[:, 0])
+    path = tmp_path / "m.peregrine"
+    peregrine.compile(model, "reference").save(path)
+    data = path.read_bytes()
+    with open(path, "rb") as handle:
+        for source in (data, bytearray(data), io.BytesIO(data), handle):
+            np.testing.assert_array_equal(peregrine.load(source).predict(X), model.predict(X))
+    with pytest.raises(peregrine.ArtifactError, match="artifact bytes"):
+        peregrine.load(data[: len(data) // 2])

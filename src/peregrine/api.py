@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import os
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -89,15 +90,19 @@ def compile(  # noqa: A001 - the public name users expect
     return compiled
 
 
-def load(path: str | os.PathLike, *, backend: str | None = None,
+def load(path: str | os.PathLike | bytes | IO[bytes], *, backend: str | None = None,
          device: str | None = None) -> CompiledModel:
     """Load an artifact written by ``CompiledModel.save``. Never unpickles or runs stored code.
 
-    The program is rebuilt for the saved backend (or ``backend`` if given) from the stored IR.
+    ``path`` is a file path, the artifact's bytes, or a binary file object (what a server,
+    a Dask worker or a Spark task receives). The program is rebuilt for the saved backend
+    (or ``backend`` if given) from the stored IR.
     """
     from peregrine.runtime.artifact import load_artifact
 
-    if not os.path.exists(path):
+    if isinstance(path, (bytes, bytearray, memoryview)):
+        path = _NamedBytes(bytes(path))
+    elif not hasattr(path, "read") and not os.path.exists(path):
         raise FileNotFoundError(f"no artifact at {path}")
     spec, body, content_hash = load_artifact(path)
     try:
@@ -120,6 +125,13 @@ def load(path: str | os.PathLike, *, backend: str | None = None,
     compiled.validation = validation
     compiled.passes = passes
     return compiled
+
+
+class _NamedBytes(io.BytesIO):
+    """Artifact bytes; named in error messages as what they are."""
+
+    def __str__(self) -> str:
+        return f"<artifact bytes ({len(self.getbuffer())} bytes)>"
 
 
 def supported_models() -> list[dict[str, Any]]:
