@@ -52,6 +52,16 @@ class Graph:
     def by_name(self) -> dict[str, Node]:
         return {n.name: n for n in self.nodes}
 
+    def readers(self) -> dict[str, int]:
+        """How many times each node is read: by other nodes' inputs and as a graph output."""
+        count: dict[str, int] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                count[i] = count.get(i, 0) + 1
+        for out in self.outputs.values():
+            count[out] = count.get(out, 0) + 1
+        return count
+
     def needed(self, wanted: Iterable[str]) -> set[str]:
         """The named nodes and every node they depend on (what computing them evaluates)."""
         by_name = self.by_name

@@ -36,16 +36,6 @@ def _forest_reading(forest, cols: np.ndarray, width: int | None):
     return dataclasses.replace(forest, feature=feature, n_features=n)
 
 
-def _readers(graph: Graph) -> dict[str, int]:
-    count: dict[str, int] = {}
-    for n in graph.nodes:
-        for i in n.inputs:
-            count[i] = count.get(i, 0) + 1
-    for out in graph.outputs.values():
-        count[out] = count.get(out, 0) + 1
-    return count
-
-
 def pushdown(graph: Graph) -> tuple[Graph, str]:
     """Fold a SELECT in front of a tree ensemble into the forest's feature indices."""
     by_name = graph.by_name
@@ -121,7 +111,7 @@ def _push(rw: _Rewriter, name: str) -> list[str] | None:
     sel = rw.nodes[name]
     cols = np.asarray(sel.attrs.columns, dtype=np.int64).reshape(-1)
     src = rw.nodes[sel.inputs[0]]
-    readers = _readers(rw.graph())
+    readers = rw.graph().readers()
     if src.op is Op.INPUT or readers.get(src.name, 0) != 1 or src.width is None:
         return None
     if src.op is Op.SELECT:  # SELECT of SELECT: one selection

@@ -49,12 +49,7 @@ def _fold_affine(graph: Graph) -> Graph:
     In general (x*a + b)*c + d = x*(a*c) + (b*c + d) rounds differently, so the fold is applied
     only where it keeps every result bit: the inner affine is a pure scale (b = 0) and the outer
     a pure shift (c = 1), giving x*a + d with the same two roundings."""
-    readers: dict[str, int] = {}
-    for n in graph.nodes:
-        for i in n.inputs:
-            readers[i] = readers.get(i, 0) + 1
-    for out in graph.outputs.values():
-        readers[out] = readers.get(out, 0) + 1
+    readers = graph.readers()
     by_name = graph.by_name
     for n in graph.nodes:
         if n.op is not Op.AFFINE:
