@@ -36,6 +36,7 @@ from peregrine.frontends.steps import (
     register_head,
     register_step,
     select,
+    weighted,
 )
 from peregrine.ir import GraphBuilder
 from peregrine.ir.spec import INPUT_ERRORS, ModelSpec
@@ -123,6 +124,7 @@ def step_column_transformer(model: ColumnTransformer, ctx: Context, flow: Flow) 
         raise unsupported(model, "sparse output (sparse_output_ is True)",
                           "dense output: sparse_threshold=0 or dense transformers")
     indices = model._transformer_to_input_indices  # fitted name -> input column indices
+    weights = model.transformer_weights or {}  # _iter: get_weight(name), also 'remainder'
     parts = []
     for name, trans, _columns in model.transformers_:
         if isinstance(trans, str) and trans == "drop":
@@ -130,7 +132,8 @@ def step_column_transformer(model: ColumnTransformer, ctx: Context, flow: Flow) 
         cols = np.asarray(indices.get(name, []), dtype=np.int64)
         if cols.size == 0:  # sklearn skips empty selections
             continue
-        parts.append(convert_step(trans, ctx, select(ctx, flow, cols)))
+        part = convert_step(trans, ctx, select(ctx, flow, cols))
+        parts.append(weighted(model, ctx, part, weights.get(name)))
     if not parts:
         raise unsupported(model, "a ColumnTransformer that outputs no columns")
     out = concat(ctx, parts)
@@ -153,20 +156,19 @@ def convert_column_transformer(model: ColumnTransformer) -> ModelSpec:
 @register_step(FeatureUnion)
 def step_feature_union(model: FeatureUnion, ctx: Context, flow: Flow) -> Flow:
     require_fitted(model, "n_features_in_")
+    weights = model.transformer_weights or {}
     parts = []
-    for _, trans in model.transformer_list:
+    for name, trans in model.transformer_list:
         if isinstance(trans, str) and trans == "drop":
             continue
-        parts.append(convert_step(trans, ctx, flow))
+        parts.append(weighted(model, ctx, convert_step(trans, ctx, flow), weights.get(name)))
     if not parts:
         raise unsupported(model, "a FeatureUnion that outputs no columns")
-    if model.transformer_weights:
-        raise unsupported(model, "transformer_weights")
     return concat(ctx, parts)
 
 
 @register_frontend(FeatureUnion, library="scikit-learn", methods=("transform",),
-                   notes="dense transformers, no transformer_weights")
+                   notes="dense transformers, transformer_weights")
 def convert_feature_union(model: FeatureUnion) -> ModelSpec:
     return convert_single(model)
 

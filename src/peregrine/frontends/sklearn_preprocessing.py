@@ -70,13 +70,26 @@ def _numeric(est: Any, ctx: Context, flow: Flow, op: Op, nan_ok: bool = True, **
 # --------------------------------------------------------------------------- scalers --
 
 
+# dtype: the scalers validate X with dtype=FLOAT_DTYPES, so a float32 X stays float32 and
+# every in-place step (``X -= center``, ``X /= scale``, ``X *= scale_``...) rounds to float32;
+# StandardScaler first casts mean_ and scale_ to X's dtype (``xp.astype(self.mean_, X.dtype)``,
+# scikit-learn 1.9), the others apply their fitted arrays as they are (NumPy's float64 loop for
+# a float64 parameter, then the store rounds). The ops' ``float32`` attribute does exactly that
+# when the flow still carries the input's dtype (``Flow.keeps_dtype``).
+
+
+def _f32(flow: Flow, mode: Any) -> Any:
+    return mode if flow.keeps_dtype else ("never" if isinstance(mode, str) else False)
+
+
 @register_step(StandardScaler)
 def step_standard_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "n_features_in_")
     # transform: X -= mean_ (with_mean); X /= scale_ (with_std); NaN passes through
     return _numeric(est, ctx, flow, Op.CENTER_SCALE,
                     center=_per_column(est.mean_ if est.with_mean else None, flow.width, 0.0),
-                    scale=_per_column(est.scale_, flow.width, 1.0))
+                    scale=_per_column(est.scale_, flow.width, 1.0),
+                    float32=_f32(flow, "cast"))
 
 
 @register_step(RobustScaler)
@@ -84,14 +97,16 @@ def step_robust_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "n_features_in_")
     return _numeric(est, ctx, flow, Op.CENTER_SCALE,
                     center=_per_column(est.center_, flow.width, 0.0),
-                    scale=_per_column(est.scale_, flow.width, 1.0))
+                    scale=_per_column(est.scale_, flow.width, 1.0),
+                    float32=_f32(flow, "round"))
 
 
 @register_step(MaxAbsScaler)
 def step_max_abs_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "scale_")
     return _numeric(est, ctx, flow, Op.CENTER_SCALE, center=np.zeros(flow.width),
-                    scale=_per_column(est.scale_, flow.width, 1.0))
+                    scale=_per_column(est.scale_, flow.width, 1.0),
+                    float32=_f32(flow, "round"))
 
 
 @register_step(MinMaxScaler)
@@ -99,10 +114,11 @@ def step_min_max_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "scale_", "min_")
     # transform: X *= scale_; X += min_; clip to feature_range when clip=True
     out = _numeric(est, ctx, flow, Op.AFFINE, scale=_per_column(est.scale_, flow.width, 1.0),
-                   shift=_per_column(est.min_, flow.width, 0.0))
+                   shift=_per_column(est.min_, flow.width, 0.0), float32=_f32(flow, "round"))
     if est.clip:
         lo, hi = est.feature_range
-        node = ctx.g.add(Op.CLIP, (out.node,), width=out.width, low=float(lo), high=float(hi))
+        node = ctx.g.add(Op.CLIP, (out.node,), width=out.width, low=float(lo), high=float(hi),
+                         float32=_f32(flow, True))
         out = replace(out, node=node)
     return out
 
@@ -184,6 +200,11 @@ def _simple_impute(est: Any, ctx: Context, flow: Flow) -> Flow:
                          missing=0.0)  # code 0 is the missing string value (steps.Vocab)
         return replace(flow, node=node)  # still codes of the same input columns
     stats = stats.astype(np.float64)
+    # transform casts statistics_ to the dtype X had at fit (the private ``_fill_dtype``, no
+    # public record of it): fitted on float32, the fill values are float32 on any input
+    fill_dtype = getattr(est, "_fill_dtype", None)
+    if fill_dtype is not None and np.dtype(fill_dtype) == np.float32:
+        stats = stats.astype(np.float32).astype(np.float64)
     if isinstance(missing, str) or missing is None:
         raise unsupported(est, f"missing_values={missing!r} on numeric columns")
     keep = np.arange(flow.width)
@@ -191,7 +212,9 @@ def _simple_impute(est: Any, ctx: Context, flow: Flow) -> Flow:
         keep = np.flatnonzero(~np.isnan(stats))  # transform drops all-missing columns
     elif np.isnan(stats).any():
         raise unsupported(est, "keep_empty_features=True with empty features")
-    out = _numeric(est, ctx, flow, Op.IMPUTE, values=stats, missing=float(missing))
+    # X[mask] = statistics_ on a float32 X stores them rounded to float32
+    out = _numeric(est, ctx, flow, Op.IMPUTE, values=stats, missing=float(missing),
+                   float32=_f32(flow, True))
     if is_scalar_nan(missing):
         out = replace(out, nan=False)
     return select(ctx, out, keep)

@@ -200,9 +200,27 @@ def concat(ctx: Context, flows: list[Flow]) -> Flow:
     if len(flows) == 1:
         return flows[0]
     src = tuple(s for f in flows for s in f.src)
-    node = ctx.g.add(Op.CONCAT, tuple(f.node for f in flows), width=len(src))
-    return Flow(node, src, nan=any(f.nan for f in flows),
-                keeps_dtype=all(f.keeps_dtype for f in flows))
+    keeps = all(f.keeps_dtype for f in flows)
+    # np.hstack: float32 only when every block is float32 (or boolean, MissingIndicator's)
+    node = ctx.g.add(Op.CONCAT, tuple(f.node for f in flows), width=len(src), float32=keeps)
+    return Flow(node, src, nan=any(f.nan for f in flows), keeps_dtype=keeps)
+
+
+def weighted(est: Any, ctx: Context, flow: Flow, weight: Any) -> Flow:
+    """``res * weight`` (ColumnTransformer / FeatureUnion ``transformer_weights``:
+    pipeline.py ``_transform_one``). A Python number meets a float32 block as float32 (NEP 50:
+    the weight rounds to float32, the product is float32); a NumPy float64 scalar promotes."""
+    if weight is None:
+        return flow
+    check_no_strings(est, ctx, flow)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float, np.integer, np.floating)):
+        raise UnsupportedModelError(f"{qualified_name(est)}: transformer weight {weight!r} is "
+                                    "not a number")
+    strong64 = isinstance(weight, np.floating) and np.dtype(type(weight)).itemsize > 4
+    keeps = flow.keeps_dtype and not strong64
+    node = ctx.g.add(Op.AFFINE, (flow.node,), width=flow.width, scale=float(weight),
+                     shift=0.0, float32="cast" if keeps else "never")
+    return replace(flow, node=node, src=(None,) * flow.width, keeps_dtype=keeps)
 
 
 def check_no_strings(est: Any, ctx: Context, flow: Flow) -> None:

@@ -35,6 +35,7 @@ import numpy as np
 from llvmlite import ir
 
 from peregrine.ir import Graph, Link, Op
+from peregrine.ir.semantics.pipeline import float32_params
 from peregrine.kernels import vmath
 from peregrine.kernels.irutil import F32, F64, I1, I32, I64, PTR, gep
 
@@ -94,6 +95,9 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool], x_dtype: str) -> R
         return None
     by_name = graph.by_name
     index: dict[str, int] = {x_node.name: 0}
+    # nodes whose rule returns float32 for this input dtype (scikit-learn's float32 flow):
+    # their steps round to float32 where the rule does ("r32")
+    f32: dict[str, bool] = {x_node.name: x_dtype == "float32"}
     steps: list[dict] = []
     params: list[np.ndarray] = []
     offset = 0
@@ -113,7 +117,8 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool], x_dtype: str) -> R
         for node in graph.steps(wanted):
             ins = [index[i] for i in node.inputs]
             widths = [int(by_name[i].width) for i in node.inputs]
-            step = _step(node, widths, param)
+            f32[node.name] = node.attrs.float32_out([f32[i] for i in node.inputs])
+            step = _step(node, widths, param, f32[node.name])
             if step is None or not 0 < int(node.width or 0) <= MAX_WIDTH:
                 return None
             step.update({"in": ins, "w": int(node.width), "win": widths})
@@ -143,10 +148,13 @@ class _Unfusable(Exception):
     pass
 
 
-def _step(node, widths: list[int], param) -> dict | None:
+def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:
     """The step record for one node (None: not fusable). Shapes are checked here so the
-    emitter can trust them."""
+    emitter can trust them. ``r32``: the rule computes this node in float32 (its input is
+    float32 and the op keeps it so); the step then rounds as the rule does."""
     op, a = node.op, node.attrs
+    if r32 and op not in R32_OPS:
+        return None
     w, win = int(node.width), (widths[0] if widths else 0)
     if op is Op.LINEAR:
         weight = np.asarray(a.weight, dtype=np.float64)
@@ -156,12 +164,13 @@ def _step(node, widths: list[int], param) -> dict | None:
         return {"op": "linear", "form": form, "W": param(weight.T if form == "dot" else weight),
                 "b": param(a.bias, w)}
     if op is Op.CENTER_SCALE and w == win:
-        return {"op": "center_scale", "c": param(a.center, w), "s": param(a.scale, w)}
+        c, s = float32_params(a.float32, a.center, a.scale) if r32 else (a.center, a.scale)
+        return {"op": "center_scale", "c": param(c, w), "s": param(s, w), "r32": r32}
     if op is Op.AFFINE and w == win:
-        return {"op": "affine", "a": param(a.scale, w),
-                "s": param(a.shift, w)}
+        sc, sh = float32_params(a.float32, a.scale, a.shift) if r32 else (a.scale, a.shift)
+        return {"op": "affine", "a": param(sc, w), "s": param(sh, w), "r32": r32}
     if op is Op.CLIP and w == win:
-        return {"op": "clip", "lo": float(a.low), "hi": float(a.high)}
+        return {"op": "clip", "lo": float(a.low), "hi": float(a.high), "r32": r32}
     if op is Op.BINARIZE and w == win:
         return {"op": "binarize", "t": float(a.threshold)}
     if op is Op.NORMALIZE and w == win and a.norm in ("l1", "l2", "max"):
@@ -192,8 +201,12 @@ def _step(node, widths: list[int], param) -> dict | None:
         return {"op": "polynomial",
                 "factors": [[t[i] if i < len(t) else -1 for t in terms] for i in range(depth)]}
     if op is Op.CONCAT and sum(widths) == w:
-        return {"op": "concat"}
+        return {"op": "concat", "r32": r32}
     return None
+
+
+# ops whose float32 form (``Attrs.float32_out``) the emitter reproduces
+R32_OPS = frozenset({Op.SELECT, Op.CENTER_SCALE, Op.AFFINE, Op.CLIP, Op.CONCAT})
 
 
 # ------------------------------------------------------------------------------ codegen --
@@ -391,18 +404,28 @@ class _Emitter:
                 acc = term if acc is None else b.fadd(acc, term)
         return b.fadd(acc, self.load_param(s["b"]))
 
+    def r32(self, s: dict, v: ir.Value) -> ir.Value:
+        """``v`` rounded to float32 (and widened back) when the step computes in float32."""
+        if not s.get("r32"):
+            return v
+        return self.b.fpext(self.b.fptrunc(v, ir.VectorType(F32, v.type.count)), v.type)
+
     def op_center_scale(self, s: dict, ins: list) -> ir.Value:
-        return self.b.fdiv(self.b.fsub(ins[0], self.load_param(s["c"])), self.load_param(s["s"]))
+        b = self.b
+        centred = self.r32(s, b.fsub(ins[0], self.load_param(s["c"])))
+        return self.r32(s, b.fdiv(centred, self.load_param(s["s"])))
 
     def op_affine(self, s: dict, ins: list) -> ir.Value:
-        return self.b.fadd(self.b.fmul(ins[0], self.load_param(s["a"])), self.load_param(s["s"]))
+        b = self.b
+        scaled = self.r32(s, b.fmul(ins[0], self.load_param(s["a"])))
+        return self.r32(s, b.fadd(scaled, self.load_param(s["s"])))
 
     def op_clip(self, s: dict, ins: list) -> ir.Value:
         # np.clip: NaN stays NaN (both compares are false for it)
         b, x, w = self.b, ins[0], s["w"]
         lo, hi = self.const(s["lo"], w), self.const(s["hi"], w)
         x = b.select(b.fcmp_ordered("<", x, lo), lo, x)
-        return b.select(b.fcmp_ordered(">", x, hi), hi, x)
+        return self.r32(s, b.select(b.fcmp_ordered(">", x, hi), hi, x))
 
     def op_binarize(self, s: dict, ins: list) -> ir.Value:
         w = s["w"]
@@ -495,4 +518,4 @@ class _Emitter:
         return out
 
     def op_concat(self, s: dict, ins: list) -> ir.Value:
-        return self.joined(ins)
+        return self.r32(s, self.joined(ins))

@@ -153,9 +153,15 @@ def _from_dataframe(df: Any, spec: ModelSpec) -> np.ndarray:
             groups.setdefault(dt, []).append((j, k))
         else:
             other.append((j, k))
-    # float32 stays float32 only when every column is float32 (as before: sklearn's check_array
-    # on a mixed frame gives float64)
-    all_f32 = bool(order) and not other and set(groups) == {np.dtype(np.float32)}
+    # float32 stays float32 only when every number column is float32 (sklearn's check_array on
+    # a mixed frame gives float64). Columns turned into category codes (strings, categoricals)
+    # do not count: their codes are small integers, exact in float32, and the steps reading
+    # them (encoders, imputers on codes) compute the same in either dtype; a ColumnTransformer
+    # block of float32 columns beside a string column is float32 in scikit-learn.
+    coded = all(j in spec.category_maps and len(spec.category_maps[j]) < 1 << 24 and (
+        isinstance(dtypes.iloc[k], pd.CategoricalDtype) or dtypes.iloc[k].kind not in "fiub")
+        for j, k in other)
+    all_f32 = set(groups) == {np.dtype(np.float32)} and coded
     out = np.empty((df.shape[0], len(order)), dtype=np.float32 if all_f32 else np.float64)
     for pairs in groups.values():
         js = [j for j, _ in pairs]

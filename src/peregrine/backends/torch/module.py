@@ -256,9 +256,12 @@ class TorchExecutable(Executable):
         narrow = [dtypes.get(o) == {"input"} for o in outputs]
         # the input may be handed over in float64 only when every op reading it casts it to
         # float64 first (trees compare in the input's own precision; selections pass it on)
-        readers = {n.op for n in graph.nodes if n.name in needed
-                   and any(graph.node(i).op is Op.INPUT for i in n.inputs)}
-        cast_input = bool(readers) and readers <= CASTING_OPS
+        # (nor when an op keeps a float32 input float32, as scikit-learn's scalers do)
+        readers = [n for n in graph.nodes if n.name in needed
+                   and any(graph.node(i).op is Op.INPUT for i in n.inputs)]
+        cast_input = bool(readers) and all(
+            n.op in CASTING_OPS and getattr(n.attrs, "float32", False) in ("never", False)
+            for n in readers)
         return GraphProgram(steps, srcs, [index[w] for w in wanted], narrow,
                             block_rows(graph, needed, self._device), cast_input)
 

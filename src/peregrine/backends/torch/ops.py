@@ -143,14 +143,24 @@ def lower_tree_ensemble(node: Node, options: CompileOptions) -> Lowered:
 
 
 class Affine(nn.Module):
-    def __init__(self, scale: Any, shift: Any, keep_dtype: bool) -> None:
+    def __init__(self, scale: Any, shift: Any, keep_dtype: bool, float32: str = "never"
+                 ) -> None:
         super().__init__()
         self.register_buffer("scale", f64(scale))
         self.register_buffer("shift", f64(shift))
         self.keep_dtype = keep_dtype
+        self.float32 = float32 != "never"
+        a32, b32 = f64(scale), f64(shift)
+        if float32 == "cast":
+            a32, b32 = a32.float().double(), b32.float().double()
+        self.register_buffer("scale32", a32)
+        self.register_buffer("shift32", b32)
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         x = xs[0]
+        if self.float32 and x.dtype == torch.float32:  # the rule: each step rounds to float32
+            y = (x.to(torch.float64) * self.scale32).to(torch.float32)
+            return (y.to(torch.float64) + self.shift32).to(torch.float32)
         if self.keep_dtype:  # Precision.FLOAT32: stay in the input's precision
             return x * self.scale.to(x.dtype) + self.shift.to(x.dtype)
         return x.to(torch.float64) * self.scale + self.shift  # NumPy: float64 arrays promote
@@ -159,7 +169,7 @@ class Affine(nn.Module):
 @lowering(Op.AFFINE)
 def lower_affine(node: Node, options: CompileOptions) -> Lowered:
     return Lowered(Affine(node.attrs.scale, node.attrs.shift,
-                          options.precision is Precision.FLOAT32))
+                          options.precision is Precision.FLOAT32, node.attrs.float32))
 
 
 # ------------------------------------------------------------------------------- links --

@@ -38,18 +38,36 @@ class Select(nn.Module):
 
 
 class Concat(nn.Module):
+    def __init__(self, float32: bool = False) -> None:
+        super().__init__()
+        self.float32 = float32
+
     def forward(self, xs: list[Tensor]) -> Tensor:
+        if self.float32:  # float32 blocks and 0/1 indicators hstack to float32 (the rule)
+            for x in xs:
+                if x.dtype == torch.float32:
+                    return torch.cat([v.to(torch.float32) for v in xs], dim=1)
         return torch.cat([x.to(torch.float64) for x in xs], dim=1)
 
 
 class CenterScale(nn.Module):
-    def __init__(self, center: Any, scale: Any) -> None:
+    def __init__(self, center: Any, scale: Any, float32: str = "never") -> None:
         super().__init__()
         self.register_buffer("center", f64(center))
         self.register_buffer("scale", f64(scale))
+        self.float32 = float32 != "never"
+        c32, s32 = f64(center), f64(scale)
+        if float32 == "cast":  # StandardScaler casts its parameters to float32 first
+            c32, s32 = c32.to(torch.float32).to(torch.float64), s32.to(torch.float32).to(
+                torch.float64)
+        self.register_buffer("center32", c32)
+        self.register_buffer("scale32", s32)
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         x = xs[0]
+        if self.float32 and x.dtype == torch.float32:  # each step rounds to float32 (rule)
+            y = x.to(torch.float64).sub_(self.center32).to(torch.float32)
+            return y.to(torch.float64).div_(self.scale32).to(torch.float32)
         # (x - center) / scale, the rule's two roundings; the subtraction makes the op's own
         # tensor (from a float32 block, the cast does), the division then runs in place
         if x.dtype == torch.float64:
@@ -58,13 +76,16 @@ class CenterScale(nn.Module):
 
 
 class Clip(nn.Module):
-    def __init__(self, low: float, high: float) -> None:
+    def __init__(self, low: float, high: float, float32: bool = False) -> None:
         super().__init__()
         self.low = low
         self.high = high
+        self.float32 = float32
 
     def forward(self, xs: list[Tensor]) -> Tensor:
         x = xs[0]
+        if self.float32 and x.dtype == torch.float32:
+            return x.to(torch.float64).clamp_(self.low, self.high).to(torch.float32)
         if x.dtype == torch.float64:
             return torch.clamp(x, self.low, self.high)  # NaN stays NaN
         return x.to(torch.float64).clamp_(self.low, self.high)
@@ -101,13 +122,20 @@ class Binarize(nn.Module):
 
 
 class Impute(nn.Module):
-    def __init__(self, values: Any, missing: float) -> None:
+    def __init__(self, values: Any, missing: float, float32: bool = False) -> None:
         super().__init__()
         self.register_buffer("values", f64(values))
+        self.register_buffer("values32", f64(values).to(torch.float32))
         self.missing = float(missing)
+        self.missing32 = float(np.float32(missing))
         self.is_nan = bool(np.isnan(missing))
+        self.float32 = float32
 
     def forward(self, xs: list[Tensor]) -> Tensor:
+        if self.float32 and xs[0].dtype == torch.float32:  # X[mask] = values on float32 X
+            x32 = xs[0]
+            hit32 = torch.isnan(x32) if self.is_nan else x32 == self.missing32
+            return torch.where(hit32, self.values32.expand_as(x32), x32)
         x = xs[0].to(torch.float64)
         hit = torch.isnan(x) if self.is_nan else x == self.missing
         return torch.where(hit, self.values.expand_as(x), x)
@@ -319,17 +347,18 @@ def lower_select(node: Node, options: CompileOptions) -> Lowered:
 
 @lowering(Op.CONCAT)
 def lower_concat(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Concat())
+    return Lowered(Concat(bool(node.attrs.float32)))
 
 
 @lowering(Op.CENTER_SCALE)
 def lower_center_scale(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(CenterScale(node.attrs.center, node.attrs.scale))
+    return Lowered(CenterScale(node.attrs.center, node.attrs.scale, node.attrs.float32))
 
 
 @lowering(Op.CLIP)
 def lower_clip(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Clip(float(node.attrs.low), float(node.attrs.high)))
+    return Lowered(Clip(float(node.attrs.low), float(node.attrs.high),
+                        bool(node.attrs.float32)))
 
 
 @lowering(Op.NORMALIZE)
@@ -344,7 +373,8 @@ def lower_binarize(node: Node, options: CompileOptions) -> Lowered:
 
 @lowering(Op.IMPUTE)
 def lower_impute(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Impute(node.attrs.values, float(node.attrs.missing)))
+    return Lowered(Impute(node.attrs.values, float(node.attrs.missing),
+                          bool(node.attrs.float32)))
 
 
 @lowering(Op.ONE_HOT)

@@ -83,6 +83,12 @@ class Attrs:
     def rule(self, node: Node, ins: list[np.ndarray], options: CompileOptions) -> np.ndarray:
         raise NotImplementedError(f"{self.op.value} has no rule")
 
+    def float32_out(self, ins_float32: list[bool]) -> bool:
+        """Whether ``rule`` returns float32 when the inputs flagged True are float32 (and the
+        others float64): the static form of the rule's dtype flow, for code generators that
+        specialise on the input dtype (kernels/rowwise.py). Default: float64 out."""
+        return False
+
     def narrow(self, cols: np.ndarray) -> tuple[Attrs, np.ndarray] | None:
         """Attributes computing only output columns ``cols`` (in that order) from input columns
         ``in_cols`` (returned; the new input is ``x[:, in_cols]``), with every kept value's

@@ -38,14 +38,30 @@ class Affine(Attrs):
 
     scale: Any = 1.0
     shift: Any = 0.0
+    # on a float32 input (pipeline.FLOAT32_MODES): "round" keeps it float32, each step rounded
+    # (MinMaxScaler's in-place ``X *= scale_; X += min_`` on a float32 array); "cast" also
+    # rounds scale and shift to float32 first (``res * weight`` with a Python number, NEP 50)
+    float32: str = "never"
+
+    def float32_out(self, ins_float32: list[bool]) -> bool:
+        return self.float32 != "never" and ins_float32[0]
 
     def check(self, n: Any, ins: list) -> None:
         super().check(n, ins)
         for key in ("scale", "shift"):
             per_column(n, key, getattr(self, key), ins[0].width)
+        if self.float32 not in ("never", "round", "cast"):
+            raise bad(n, f"float32={self.float32!r} is not never, round or cast")
 
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
-        return ins[0] * np.asarray(self.scale, np.float64) + np.asarray(self.shift, np.float64)
+        x = ins[0]
+        a, b = np.asarray(self.scale, np.float64), np.asarray(self.shift, np.float64)
+        if self.float32 != "never" and x.dtype == np.float32:
+            if self.float32 == "cast":
+                a, b = a.astype(np.float32).astype(np.float64), b.astype(np.float32).astype(
+                    np.float64)
+            return ((x * a).astype(np.float32) + b).astype(np.float32)
+        return x * a + b
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:

@@ -1,6 +1,10 @@
 """Pipeline ops: scikit-learn's featurizers and linear models. Every rule computes in float64
 (sklearn's float64 path; float32 inputs are promoted, the runtime casts the output back where
-sklearn keeps float32)."""
+sklearn keeps float32), except the ops with a ``float32`` attribute: given a float32 input they
+compute as scikit-learn does on a float32 array (each in-place step ``X op= param`` rounds to
+float32; StandardScaler casts its parameters to float32 first) and return float32, so a float32
+value flows on, as in scikit-learn, until a step (an encoder, a hstack with a float64 block)
+promotes it. SELECT keeps its input's dtype."""
 
 from __future__ import annotations
 
@@ -65,10 +69,17 @@ class Select(Attrs):
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
         return ins[0][:, np.asarray(self.columns, dtype=np.int64).reshape(-1)]
 
+    def float32_out(self, ins_float32: list[bool]) -> bool:
+        return ins_float32[0]
+
 
 @define(Op.CONCAT)
 class Concat(Attrs):
-    """Several inputs hstacked in order (ColumnTransformer, FeatureUnion)."""
+    """Several inputs hstacked in order (ColumnTransformer, FeatureUnion). ``float32``: every
+    input is float32 or 0/1 when the program's input is float32; then a float32 input makes
+    the output float32 (``np.hstack`` of float32 blocks and boolean indicators)."""
+
+    float32: bool = False
 
     def check(self, n: Any, ins: list) -> None:
         some_inputs(n, ins)
@@ -76,27 +87,64 @@ class Concat(Attrs):
     def infer_width(self, widths: list) -> int | None:
         return None if None in widths else sum(widths)
 
+    def float32_out(self, ins_float32: list[bool]) -> bool:
+        return self.float32 and any(ins_float32)
+
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        if self.float32 and any(x.dtype == np.float32 for x in ins):
+            # np.hstack of float32 blocks and boolean indicators stays float32
+            return np.concatenate([np.asarray(x, np.float32) for x in ins], axis=1)
         return np.concatenate([f64(x) for x in ins], axis=1)
+
+
+FLOAT32_MODES = ("never", "round", "cast")
+F32 = np.float32
+
+
+def float32_mode(x: np.ndarray, mode: str | bool) -> bool:
+    """Whether an op with ``float32=mode`` computes in float32 on ``x``: only float32 input."""
+    return mode not in ("never", False) and x.dtype == F32
+
+
+def float32_params(mode: str, *params: Any) -> list[np.ndarray]:
+    """The parameters a float32-mode op applies: cast to float32 first in mode "cast"
+    (StandardScaler's ``xp.astype(self.mean_, X.dtype)``), as fitted otherwise (a float64
+    parameter then meets the float32 array in NumPy's float64 loop and the result rounds)."""
+    out = [f64(p) for p in params]
+    return [p.astype(F32).astype(np.float64) for p in out] if mode == "cast" else out
 
 
 @define(Op.CENTER_SCALE)
 class CenterScale(Attrs):
     """(x - center) / scale per column, two roundings in that order (StandardScaler,
-    RobustScaler, MaxAbsScaler: ``X -= center; X /= scale``)."""
+    RobustScaler, MaxAbsScaler: ``X -= center; X /= scale``). ``float32`` (one of
+    FLOAT32_MODES): on a float32 input, "round" rounds each step to float32 (the in-place
+    ``X -= center_`` on a float32 array), "cast" also casts center and scale to float32 first
+    (StandardScaler); the output is float32. "never": float64 throughout."""
 
     PER_COLUMN = ("center", "scale")
 
     center: Any
     scale: Any
+    float32: str = "never"
 
     def check(self, n: Any, ins: list) -> None:
         super().check(n, ins)
         per_column(n, "center", self.center, ins[0].width)
         per_column(n, "scale", self.scale, ins[0].width)
+        choice(n, "float32", self.float32, FLOAT32_MODES)
+
+    def float32_out(self, ins_float32: list[bool]) -> bool:
+        return self.float32 != "never" and ins_float32[0]
 
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
-        return (f64(ins[0]) - f64(self.center)) / f64(self.scale)
+        x = ins[0]
+        if float32_mode(x, self.float32):
+            # float64 arithmetic on float32 operands rounded to float32 after each step is
+            # IEEE float32 arithmetic (53 >= 2 * 24 + 2), and NumPy's mixed in-place loop
+            c, s = float32_params(self.float32, self.center, self.scale)
+            return ((f64(x) - c).astype(F32) / s).astype(F32)
+        return (f64(x) - f64(self.center)) / f64(self.scale)
 
 
 @define(Op.CLIP)
@@ -107,9 +155,14 @@ class Clip(Attrs):
 
     low: float
     high: float
+    float32: bool = False  # a float32 input stays float32 (MinMaxScaler's np.clip(out=X))
+
+    def float32_out(self, ins_float32: list[bool]) -> bool:
+        return self.float32 and ins_float32[0]
 
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
-        return np.clip(f64(ins[0]), float(self.low), float(self.high))
+        out = np.clip(f64(ins[0]), float(self.low), float(self.high))
+        return out.astype(F32) if float32_mode(ins[0], self.float32) else out
 
 
 @define(Op.NORMALIZE)
@@ -161,12 +214,22 @@ class Impute(Attrs):
 
     values: Any
     missing: float = float("nan")
+    float32: bool = False  # a float32 input stays float32: values rounded (X[mask] = values)
+
+    def float32_out(self, ins_float32: list[bool]) -> bool:
+        return self.float32 and ins_float32[0]
 
     def check(self, n: Any, ins: list) -> None:
         super().check(n, ins)
         per_column(n, "values", self.values, ins[0].width)
 
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        if float32_mode(ins[0], self.float32):
+            x = ins[0]
+            # _get_mask: X == missing_values, the Python number taken as float32 (NEP 50)
+            missing = F32(self.missing)
+            hit = np.isnan(x) if np.isnan(missing) else (x == missing)
+            return np.where(hit, f64(self.values).astype(F32), x)
         x = f64(ins[0])
         missing = float(self.missing)
         hit = np.isnan(x) if np.isnan(missing) else (x == missing)
