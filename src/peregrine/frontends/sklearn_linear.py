@@ -117,6 +117,15 @@ def _ovr_proba(ctx: Context, scores: str, k: int, huber: bool) -> str:
     return ctx.g.add(Op.NORMALIZE, (p,), width=k, norm="l1", zero="uniform")
 
 
+def _decision_dtype(est: Any) -> str:
+    """``X @ coef_.T + intercept_``: fitted on float32, SGD/Perceptron/PassiveAggressive keep
+    coef_ float32 (and a multiclass intercept_ float32), so a float32 X gives float32 scores and
+    a float64 X float64 ("input"); a float64 intercept_ promotes. The values: docs/exactness.md
+    "Linear models fitted on float32"."""
+    coef, icpt = np.asarray(est.coef_), np.asarray(getattr(est, "intercept_", 0.0))
+    return "input" if coef.dtype == icpt.dtype == np.float32 else "float64"
+
+
 @register_head(*CLASSIFIERS)
 def head_linear_classifier(est: Any, ctx: Context, flow: Flow) -> Head:
     require_fitted(est, "classes_")
@@ -129,7 +138,8 @@ def head_linear_classifier(est: Any, ctx: Context, flow: Flow) -> Head:
     outputs = {"decision_function": scores, "predict": label}
     methods = {
         "predict": MethodSpec("predict", labels=np.asarray(est.classes_)),
-        "decision_function": MethodSpec("decision_function", squeeze=k == 1),
+        "decision_function": MethodSpec("decision_function", squeeze=k == 1,
+                                        dtype=_decision_dtype(est)),
     }
     proba = None
     if isinstance(est, LogisticRegression):
