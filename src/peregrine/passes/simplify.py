@@ -62,7 +62,7 @@ def _fold_affine(graph: Graph) -> Graph:
         a = np.asarray(inner.attrs.scale, np.float64)
         b = np.asarray(inner.attrs.shift, np.float64)
         exact = np.all(c == 1.0) and np.all(b == 0.0)  # x*a + d: same single rounding steps
-        if not exact or n.attrs.float32 or inner.attrs.float32:
+        if not exact or n.attrs.float32 != "never" or inner.attrs.float32 != "never":
             continue  # a float32 AFFINE rounds between its steps: the pair rounds differently
         merged = Node(n.name, Op.AFFINE, inner.inputs, {"scale": a, "shift": d}, n.dtype, n.width)
         nodes = tuple(merged if m.name == n.name else m for m in graph.nodes
