@@ -156,6 +156,41 @@ def _lgbm(kind: str) -> Callable[[], Any]:
     return make
 
 
+def _catboost_ranker() -> Any:
+    from catboost import CatBoostRanker
+
+    return CatBoostRanker(iterations=3, depth=2, verbose=0).fit(
+        X, Y, group_id=np.repeat([0, 1], 30))
+
+
+def _onnx_classifier() -> Any:
+    """An ONNX-ML graph as skl2onnx writes it (labels and probabilities, no ZipMap)."""
+    from skl2onnx import to_onnx
+
+    return to_onnx(_lr().fit(X, Y), X[:1].astype(np.float32), options={"zipmap": False})
+
+
+class _OnnxSource:
+    """What an ONNX graph's 'methods' are: ONNX Runtime's outputs on the same file (the label
+    output is predict, the score output predict_proba)."""
+
+    def __init__(self, proto: Any) -> None:
+        import onnxruntime as ort
+
+        self.session = ort.InferenceSession(proto.SerializeToString(),
+                                            providers=["CPUExecutionProvider"])
+
+    def _run(self, rows: np.ndarray) -> list[np.ndarray]:
+        name = self.session.get_inputs()[0].name
+        return self.session.run(None, {name: rows.astype(np.float32)})
+
+    def predict(self, rows: np.ndarray) -> np.ndarray:
+        return self._run(rows)[0]
+
+    def predict_proba(self, rows: np.ndarray) -> np.ndarray:
+        return self._run(rows)[1]
+
+
 # (class name, module top) -> factories; classes not listed use _default only
 FACTORIES: dict[tuple[str, str], list[Callable[[], Any]]] = {
     ("CategoricalNB", "sklearn"): [lambda: _sk("CategoricalNB")().fit((X * 3).astype(int), Y)],
@@ -206,6 +241,8 @@ FACTORIES: dict[tuple[str, str], list[Callable[[], Any]]] = {
                                             "Booster")},
     **{(k, "lightgbm"): [_lgbm(k)] for k in ("LGBMClassifier", "LGBMRegressor", "LGBMRanker",
                                              "LGBMModel", "Booster")},
+    ("CatBoostRanker", "catboost"): [_catboost_ranker],
+    ("ModelProto", "onnx"): [_onnx_classifier],
 }
 
 
@@ -265,6 +302,8 @@ def test_compiled_model_has_every_method_of_the_source(cls):
                 continue
             fast = peregrine.compile(model, "reference")
             rows = _rows(model)
+            if type(model).__name__ == "ModelProto":
+                model = _OnnxSource(model)
             for m in METHOD_NAMES:
                 src, got = hasattr(model, m), hasattr(fast, m)
                 where = f"{type(model).__name__}.{m}"
