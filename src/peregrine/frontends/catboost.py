@@ -15,10 +15,12 @@ Semantics (catboost/libs/model/cpu/evaluator_impl.cpp and the JSON export's fiel
   double; classifiers apply the sigmoid (Logloss, CrossEntropy) or softmax (MultiClass),
   Poisson and Tweedie regressors ``exp``; every other loss returns the raw value.
 
-Categorical features (one-hot and CTR) are refused for now: CatBoost keys them by CityHash of
-the category string and stores no strings in the model, so compiling them needs a hashing
-step at the runtime boundary (see docs/frontends/catboost.md). Text and embedding features are
-refused as well.
+Categorical features: CatBoost keys each category by ``CalcCatFeatureHash`` (CityHash64 of
+its string, low 32 bits) and stores no strings, so the spec marks those columns
+``hash_columns`` and the runtime hashes each value at the boundary; the graph then derives one
+numeric column per one-hot value (1 iff hash == value) and per CTR (the CTR value looked up by
+hash, frontends/catboost_ctr.py) with CATEGORY_MAP, and the forest splits on those. CTRs over
+feature combinations are refused. Text and embedding features are refused as well.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from catboost import CatBoost, CatBoostClassifier, CatBoostRanker, CatBoostRegre
 
 from peregrine.errors import NotFittedError
 from peregrine.frontends.base import add_log_proba, qualified_name, register_frontend, unsupported
+from peregrine.frontends.catboost_ctr import CategoricalColumns
 from peregrine.ir import Comparison, GraphBuilder, Link, Op, concat_trees, make_forest
 from peregrine.ir.spec import MethodSpec, ModelSpec
 
@@ -74,19 +77,14 @@ def _loss(model: Any, raw: dict) -> str:
 
 
 def _check_features(model: Any, info: dict) -> dict[int, int]:
-    """float_feature_index -> input column; refuses categorical, text and embedding features."""
-    for kind, what in (("categorical_features", "categorical features (cat_features)"),
-                       ("text_features", "text features"),
+    """float_feature_index -> input column; refuses text and embedding features."""
+    for kind, what in (("text_features", "text features"),
                        ("embedding_features", "embedding features")):
         feats = info.get(kind) or []
         if feats:
             names = ", ".join(str(f.get("feature_id") or f.get("flat_feature_index"))
                               for f in feats)
-            raise unsupported(
-                model, f"{what} ({names})",
-                "numeric features; CatBoost keys categories by the hash of their string and "
-                "keeps no strings in the model, which Peregrine's input boundary cannot "
-                "reproduce yet" if kind == "categorical_features" else "numeric features")
+            raise unsupported(model, f"{what} ({names})", "numeric and categorical features")
     return {int(f["feature_index"]): int(f["flat_feature_index"])
             for f in info.get("float_features") or []}
 
@@ -95,8 +93,9 @@ class _TreeBuilder:
     """Node arrays of one tree in Forest form (left = split false, right = split true)."""
 
     def __init__(self, columns: dict[int, int], nan_true: dict[int, bool], width: int,
-                 model: Any) -> None:
+                 model: Any, cats: CategoricalColumns) -> None:
         self.columns, self.nan_true, self.width, self.model = columns, nan_true, width, model
+        self.cats = cats
         self.reset()
 
     def reset(self) -> None:
@@ -117,9 +116,17 @@ class _TreeBuilder:
         return len(self.feature) - 1
 
     def split(self, i: int, split: dict) -> None:
-        if split.get("split_type") != "FloatFeature":
-            raise unsupported(self.model, f"split type {split.get('split_type')!r}",
-                              "FloatFeature")
+        kind = split.get("split_type")
+        if kind in ("OneHotFeature", "OnlineCtr"):
+            # a derived column: 1.0 iff the hash equals the value, or the CTR value; the
+            # split is true (right) iff it is > the (float32) border
+            self.feature[i], border = self.cats.split_column(split)
+            self.threshold[i] = float(np.float32(border))
+            self.nan_left[i] = True  # derived columns are never NaN
+            return
+        if kind != "FloatFeature":
+            raise unsupported(self.model, f"split type {kind!r}",
+                              "FloatFeature, OneHotFeature, OnlineCtr")
         f = int(split["float_feature_index"])
         self.feature[i] = self.columns[f]
         # float32 border, ``x > border`` is true: the Forest's left is ``x <= border``
@@ -171,7 +178,11 @@ def parse_forest(model: Any, raw: dict, width: int):
     columns = _check_features(model, info)
     nan_true = {int(f["feature_index"]): f.get("nan_value_treatment") == "AsTrue"
                 for f in info.get("float_features") or []}
-    build = _TreeBuilder(columns, nan_true, width, model)
+    n_inputs = 1 + max((int(f["flat_feature_index"]) for kind in info.values()
+                        if isinstance(kind, list) for f in kind
+                        if isinstance(f, dict) and "flat_feature_index" in f), default=-1)
+    cats = CategoricalColumns(model, raw, n_inputs)
+    build = _TreeBuilder(columns, nan_true, width, model, cats)
     if "oblivious_trees" in raw:
         parts = [build.oblivious(t) for t in raw["oblivious_trees"]]
     else:
@@ -179,37 +190,39 @@ def parse_forest(model: Any, raw: dict, width: int):
     if not parts:
         parts = [{"feature": [-1], "threshold": [0.0], "left": [-1], "right": [-1],
                   "nan_left": [False], "value": np.zeros((1, width))}]
-    # every feature the model was trained on is listed (flat index = input column)
-    n_features = 1 + max((int(f["flat_feature_index"]) for kind in info.values()
-                          if isinstance(kind, list) for f in kind), default=-1)
-    return make_forest(
-        **concat_trees(parts), n_features=n_features, n_outputs=width,
+    # every feature the model was trained on is listed (flat index = input column); the
+    # derived categorical columns follow the inputs
+    forest = make_forest(
+        **concat_trees(parts), n_features=n_inputs + len(cats.derived), n_outputs=width,
         comparison=Comparison.LE, input_dtype=np.dtype(np.float32),
     )
+    return forest, cats
 
 
-def _raw(model: Any, raw: dict, width: int) -> tuple[GraphBuilder, str, int]:
+def _raw(model: Any, raw: dict, width: int) -> tuple[GraphBuilder, str, int, dict]:
     """Graph computing CatBoost's RawFormulaVal: scale * forest + bias."""
-    forest = parse_forest(model, raw, width)
+    forest, cats = parse_forest(model, raw, width)
     scale, bias = raw.get("scale_and_bias", [1.0, [0.0]])
     bias = np.asarray(bias, dtype=np.float64).reshape(-1)
     if bias.size == 1:
         bias = np.repeat(bias, width)
     g = GraphBuilder()
-    x = g.input(forest.n_features)
+    x = g.input(cats.n_inputs)
+    x = cats.add_columns(g, x)
     out = g.add(Op.TREE_ENSEMBLE, (x,), width=width, forest=forest)
     if float(scale) != 1.0 or np.any(bias != 0.0):
         out = g.add(Op.AFFINE, (out,), width=width, scale=np.full(width, float(scale)),
                     shift=bias)
-    return g, out, forest.n_features
+    return g, out, cats.n_inputs, cats.hash_columns()
 
 
-def _spec(model: Any, graph, methods, n_features: int) -> ModelSpec:
+def _spec(model: Any, graph, methods, n_features: int, hashed: dict) -> ModelSpec:
     names = getattr(model, "feature_names_", None)
     return ModelSpec(
         graph=graph, methods=methods, n_features=n_features, source=qualified_name(model),
         feature_names=tuple(str(n) for n in names) if names else None,
         allow_nan=True, allow_inf=True, versions={"catboost": catboost.__version__},
+        hash_columns=hashed,
     )
 
 
@@ -224,12 +237,13 @@ def _dimension(raw: dict) -> int:
 
 @register_frontend(
     CatBoostRegressor, library="catboost", methods=("predict",),
-    notes="numeric features; oblivious and Depthwise/Lossguide trees; NaN modes Min/Max/"
-    "Forbidden; RMSE, MAE, Quantile, Expectile, Huber, Poisson/Tweedie (exp), ...",
+    notes="numeric and categorical features (one-hot, single-feature CTRs; CTR combinations "
+    "refused); oblivious and Depthwise/Lossguide trees; NaN modes Min/Max/Forbidden; RMSE, "
+    "MAE, Quantile, Expectile, Huber, Poisson/Tweedie (exp), ...",
 )
 @register_frontend(
     CatBoostRanker, library="catboost", methods=("predict",),
-    notes="numeric features; YetiRank, PairLogit, QueryRMSE, ... (raw scores)",
+    notes="numeric and categorical features; YetiRank, PairLogit, QueryRMSE, ... (raw scores)",
 )
 @register_frontend(
     CatBoost, library="catboost", methods=("predict",),
@@ -239,18 +253,20 @@ def convert_regressor(model: Any) -> ModelSpec:
     raw = model_json(model)
     loss = _loss(model, raw)
     width = _dimension(raw)
-    g, out, n = _raw(model, raw, width)
+    g, out, n, hashed = _raw(model, raw, width)
     exp = type(model) is CatBoostRegressor and loss in EXP_LOSSES
     if exp:
         out = g.add(Op.LINK, (out,), width=width, kind=Link.EXP)
     graph = g.build({"predict": out})
-    return _spec(model, graph, {"predict": MethodSpec("predict", squeeze=width == 1)}, n)
+    return _spec(model, graph, {"predict": MethodSpec("predict", squeeze=width == 1)}, n,
+                 hashed)
 
 
 @register_frontend(
     CatBoostClassifier, library="catboost", methods=("predict", "predict_proba"),
-    notes="numeric features; Logloss, CrossEntropy, MultiClass; oblivious and non-symmetric "
-    "trees; NaN modes Min/Max/Forbidden",
+    notes="numeric and categorical features (one-hot, single-feature CTRs hashed at the input "
+    "boundary; CTR combinations refused); Logloss, CrossEntropy, MultiClass; oblivious and "
+    "non-symmetric trees; NaN modes Min/Max/Forbidden",
 )
 def convert_classifier(model: Any) -> ModelSpec:
     raw = model_json(model)
@@ -261,14 +277,14 @@ def convert_classifier(model: Any) -> ModelSpec:
         threshold = model.get_probability_threshold()
         if threshold is not None and float(threshold) != 0.5:
             raise unsupported(model, f"probability threshold {threshold}", "0.5")
-        g, score, n = _raw(model, raw, 1)
+        g, score, n, hashed = _raw(model, raw, 1)
         p = g.add(Op.LINK, (score,), width=1, kind=Link.SIGMOID)
         proba = g.add(Op.BINARY_PROBA, (p,), width=2)
         # CatBoost's "Class" prediction: raw formula value > 0 (probability > 0.5)
         label = g.add(Op.THRESHOLD, (score,), dtype="int64", width=1, value=0.0, strict=True)
         squeeze = True
     elif loss in MULTI_LOSSES and width == len(labels):
-        g, score, n = _raw(model, raw, width)
+        g, score, n, hashed = _raw(model, raw, width)
         proba = g.add(Op.LINK, (score,), width=width, kind=Link.SOFTMAX)
         label = g.add(Op.ARGMAX, (score,), dtype="int64", width=1)
         squeeze = False  # CatBoostClassifier.predict returns (n, 1) for MultiClass
@@ -286,4 +302,4 @@ def convert_classifier(model: Any) -> ModelSpec:
     methods |= {"predict": MethodSpec("predict", squeeze=squeeze, labels=labels,
                                      dtype="int64" if labels is None else "float64"),
                "predict_proba": MethodSpec("predict_proba")}
-    return _spec(model, graph, methods, n)
+    return _spec(model, graph, methods, n, hashed)

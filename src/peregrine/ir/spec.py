@@ -44,6 +44,10 @@ class ModelSpec:
     # category-mapped input columns read by an encoder with handle_unknown='error': a string
     # absent from the column's map is rejected at the boundary (InputError naming the value)
     category_unknown_error: frozenset[int] = frozenset()
+    # hashed input columns: column index -> hashing rule (runtime/cat_hash.py; today
+    # "catboost-city64-low32": CatBoost's CalcCatFeatureHash). The runtime replaces each value
+    # of the column by its hash (a uint32, exact in float64) before the graph runs
+    hash_columns: dict[int, str] = field(default_factory=dict)
     # per column of the graph output INPUT_ERRORS (present only when non-empty): (what raises,
     # input column it reads or -1). A non-zero entry there is a row sklearn would reject (an
     # unseen category reaching an encoder with handle_unknown='error', a new missing column in

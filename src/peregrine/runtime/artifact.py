@@ -16,6 +16,7 @@ import numpy as np
 from peregrine.errors import ArtifactError
 from peregrine.ir import Forest, Graph, Link, Node, Op, verify
 from peregrine.ir.spec import MethodSpec, ModelSpec
+from peregrine.runtime.cat_hash import HASH_RULES
 
 FORMAT = "peregrine-artifact"
 FORMAT_VERSION = 1
@@ -144,6 +145,7 @@ def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
             "allow_inf": spec.allow_inf,
             "category_maps": [[k, w.value(list(v))] for k, v in spec.category_maps.items()],
             "category_unknown_error": sorted(spec.category_unknown_error),
+            "hash_columns": [[k, v] for k, v in sorted(spec.hash_columns.items())],
             "input_checks": [[m, c] for m, c in spec.input_checks],
             "int_input_dtype": spec.int_input_dtype,
             "versions": spec.versions,
@@ -240,8 +242,15 @@ def _spec_from_json(d: dict[str, Any], r: _Reader) -> ModelSpec:
         category_unknown_error=frozenset(int(k) for k in d.get("category_unknown_error", ())),
         input_checks=tuple((str(m), int(c)) for m, c in d.get("input_checks", ())),
         int_input_dtype=_int_dtype(d.get("int_input_dtype", "float64")),
+        hash_columns={int(k): _hash_rule(v) for k, v in d.get("hash_columns", ())},
         versions=dict(d.get("versions", {})),
     )
+
+
+def _hash_rule(value: Any) -> str:
+    if value not in HASH_RULES:
+        raise ArtifactError(f"artifact's hashing rule {value!r} is not one of {HASH_RULES}")
+    return str(value)
 
 
 def _int_dtype(value: Any) -> str:

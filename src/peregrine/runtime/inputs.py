@@ -11,6 +11,7 @@ import numpy as np
 
 from peregrine.errors import InputError
 from peregrine.ir.spec import ModelSpec
+from peregrine.runtime.cat_hash import hash_column
 from peregrine.runtime.categories import category_codes
 
 
@@ -43,7 +44,8 @@ def prepare_input(X: Any, spec: ModelSpec, *, keep_tensor: bool = False, check: 
                 f"unsupported input type {type(X).__name__}; pass a numpy array, pandas "
                 "DataFrame or torch tensor"
             )
-        if X.dtype.kind in "OUS" and spec.category_maps and X.ndim == 2:
+        if X.ndim == 2 and (spec.hash_columns or (X.dtype.kind in "OUS" and
+                                                  spec.category_maps)):
             _check_shape(X.shape, spec)
             arr = _from_object_array(X, spec)
         else:
@@ -149,7 +151,7 @@ def _from_dataframe(df: Any, spec: ModelSpec) -> np.ndarray:
     other: list[tuple[int, int]] = []
     for j, k in enumerate(order):
         dt = dtypes.iloc[k]
-        if isinstance(dt, np.dtype) and dt.kind in "fiub":
+        if isinstance(dt, np.dtype) and dt.kind in "fiub" and j not in spec.hash_columns:
             groups.setdefault(dt, []).append((j, k))
         else:
             other.append((j, k))
@@ -173,6 +175,9 @@ def _from_dataframe(df: Any, spec: ModelSpec) -> np.ndarray:
     for j, k in other:
         col = df.iloc[:, k]
         name = df.columns[k]
+        if j in spec.hash_columns:  # the source's hash of each value (CatBoost)
+            out[:, j] = hash_column(col, spec.hash_columns[j], name)
+            continue
         # object/string columns with a fit-time category map (a pipeline's string encoders,
         # scikit-learn HGB's categories) are looked up like category columns
         if isinstance(col.dtype, pd.CategoricalDtype) or (
@@ -211,12 +216,15 @@ def _from_object_array(X: np.ndarray, spec: ModelSpec) -> np.ndarray:
     column indices): category columns holding strings are encoded exactly as DataFrame string
     columns are; the other columns must hold numbers (None becomes NaN)."""
     out = np.empty(X.shape, dtype=np.float64)
-    numeric = [j for j in range(X.shape[1]) if j not in spec.category_maps]
+    numeric = [j for j in range(X.shape[1])
+               if j not in spec.category_maps and j not in spec.hash_columns]
     for j in numeric:
         try:
             out[:, j] = X[:, j].astype(np.float64)
         except (TypeError, ValueError) as exc:
             raise InputError(f"input column {j} holds non-numeric values ({exc})") from exc
+    for j, rule in spec.hash_columns.items():
+        out[:, j] = hash_column(X[:, j], rule, j)
     for j, cats in spec.category_maps.items():
         col = X[:, j]
         if col.dtype.kind == "O" and _all_numbers(col):  # numbers: codes as before
@@ -236,6 +244,10 @@ def _all_numbers(col: np.ndarray) -> bool:
 def _from_tensor(X: Any, spec: ModelSpec, keep_tensor: bool, check: bool):
     import torch
 
+    if spec.hash_columns:
+        raise InputError(f"{spec.source} reads categorical columns "
+                         f"{sorted(spec.hash_columns)} as strings or integers; pass a numpy "
+                         "object array or a pandas DataFrame, not a tensor")
     if X.dim() != 2:
         _check_shape(tuple(X.shape), spec)
     if not (X.dtype.is_floating_point or X.dtype in (torch.int32, torch.int64, torch.bool,
