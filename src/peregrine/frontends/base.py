@@ -148,3 +148,32 @@ def unsupported(model: Any, what: str, supported: str = "") -> UnsupportedModelE
 def sklearn_feature_names(model: Any) -> tuple[str, ...] | None:
     names = getattr(model, "feature_names_in_", None)
     return None if names is None else tuple(str(n) for n in names)
+
+
+# The parameter audit (issue #11, item 7). For each supported scikit-learn class, every key of
+# ``get_params(deep=False)`` is declared next to its frontend as either
+# * implemented: the compiled answer depends on it (it is read at predict/transform time, or it
+#   changes the shape of the fitted state the frontend reads) and the frontend reproduces every
+#   value it accepts (refusing the others with UnsupportedModelError naming the parameter), or
+# * ignored: it only steers fitting (its effect is entirely in the fitted attributes read) or
+#   does not touch the returned values (copy, n_jobs, verbose, memory layout, feature names).
+# tests/test_param_audit.py fails on any key in neither set, so a parameter a new library
+# version adds is audited before it can give a silent wrong answer, and it fits every class with
+# each implemented parameter at a non-default value against the source.
+# Names that are fit-only wherever scikit-learn uses them; a class may list them or not.
+FIT_ONLY = frozenset((
+    "max_iter", "tol", "random_state", "n_jobs", "verbose", "warm_start", "copy", "copy_X",
+    "copy_x", "cache_size", "shrinking", "class_weight", "n_iter_no_change",
+    "validation_fraction", "early_stopping", "shuffle", "cv", "scoring", "error_score",
+    "pre_dispatch", "return_train_score", "n_init", "verbose_feature_names_out",
+))
+PARAMS: dict[type, tuple[frozenset[str], frozenset[str]]] = {}
+
+
+def declare_params(*classes: type, implemented: str = "", ignored: str = "") -> None:
+    """Declare ``classes``' constructor parameters (space-separated names) for the audit."""
+    entry = (frozenset(implemented.split()), frozenset(ignored.split()) | FIT_ONLY)
+    for cls in classes:
+        if cls in PARAMS:
+            raise RuntimeError(f"parameters of {cls!r} declared twice")
+        PARAMS[cls] = entry

@@ -49,6 +49,7 @@ from sklearn.utils._missing import is_scalar_nan
 
 from peregrine.frontends.base import (
     add_log_proba,
+    declare_params,
     refuse_overrides,
     register_frontend,
     require_fitted,
@@ -323,3 +324,18 @@ def convert_hgb_regressor(model: Any) -> ModelSpec:
                           f"{type(link).__name__})", "identity- or log-link losses")
     graph, methods = _regressor_graph(forest, pre, kind)
     return _hgb_spec(model, graph, methods, maps)
+
+# tests/test_param_audit.py: learning_rate scales each stage at predict time, init picks the
+# raw score's start, loss the link; HGB's categorical_features decide the bitset splits.
+_GB_FIT = ("ccp_alpha criterion max_depth max_features max_leaf_nodes min_impurity_decrease "
+           "min_samples_leaf min_samples_split min_weight_fraction_leaf n_estimators subsample")
+declare_params(GradientBoostingClassifier, implemented="init learning_rate loss",
+               ignored=_GB_FIT)
+declare_params(GradientBoostingRegressor, implemented="init learning_rate loss",
+               ignored=_GB_FIT + " alpha")
+_HGB_FIT = ("interaction_cst l2_regularization learning_rate max_bins max_depth max_features "
+            "max_leaf_nodes min_samples_leaf monotonic_cst")
+declare_params(HistGradientBoostingClassifier, implemented="loss categorical_features",
+               ignored=_HGB_FIT)
+declare_params(HistGradientBoostingRegressor, implemented="loss categorical_features",
+               ignored=_HGB_FIT + " quantile")

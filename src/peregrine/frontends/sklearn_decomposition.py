@@ -19,7 +19,12 @@ from sklearn.feature_extraction import FeatureHasher
 from sklearn.preprocessing import LabelBinarizer, LabelEncoder
 
 from peregrine.errors import UnsupportedModelError
-from peregrine.frontends.base import qualified_name, register_frontend, require_fitted
+from peregrine.frontends.base import (
+    declare_params,
+    qualified_name,
+    register_frontend,
+    require_fitted,
+)
 from peregrine.frontends.sklearn_models import _linear, _numeric_input, _out
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, register_head, register_step
@@ -112,3 +117,10 @@ for _cls, _why in _REFUSED.items():
     register_step(_cls)(_refuse)
     register_frontend(_cls, library="scikit-learn", methods=(),
                       notes=f"not supported: {_why}")(_refuse)
+
+# tests/test_param_audit.py (the refused classes are not audited)
+declare_params(FastICA, implemented="whiten",
+               ignored="algorithm fun fun_args n_components w_init whiten_solver")
+declare_params(PLSRegression, implemented="scale", ignored="n_components")
+declare_params(PLSCanonical, implemented="scale", ignored="algorithm n_components")
+declare_params(CCA, PLSSVD, implemented="scale", ignored="n_components")

@@ -22,7 +22,7 @@ import numpy as np
 from sklearn.ensemble import IsolationForest
 from sklearn.ensemble._iforest import _average_path_length
 
-from peregrine.frontends.base import register_frontend, require_fitted, unsupported
+from peregrine.frontends.base import declare_params, register_frontend, require_fitted, unsupported
 from peregrine.frontends.sklearn_trees import tree_arrays, tree_model_spec
 from peregrine.ir import Aggregation, GraphBuilder, Link, Op, concat_trees, make_forest
 from peregrine.ir.spec import MethodSpec, ModelSpec
@@ -83,3 +83,8 @@ def convert_isolation_forest(model: Any) -> ModelSpec:
     # score_samples validates with ensure_all_finite=False: NaN and +-inf are accepted
     spec = tree_model_spec(model, graph, methods, n_features, allow_nan=True)
     return dataclasses.replace(spec, allow_inf=True)
+
+# tests/test_param_audit.py: contamination sets offset_, max_samples the path-length norm,
+# max_features/bootstrap the per-tree feature subsets read at predict time.
+declare_params(IsolationForest, implemented="contamination max_samples max_features bootstrap",
+               ignored="n_estimators")

@@ -26,7 +26,13 @@ from sklearn.decomposition import KernelPCA
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 from sklearn.svm import SVC, SVR, NuSVC, NuSVR, OneClassSVM
 
-from peregrine.frontends.base import add_log_proba, register_frontend, require_fitted, unsupported
+from peregrine.frontends.base import (
+    add_log_proba,
+    declare_params,
+    register_frontend,
+    require_fitted,
+    unsupported,
+)
 from peregrine.frontends.sklearn_models import _linear, _numeric_input, _out
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, register_head, register_step
@@ -253,3 +259,20 @@ register_frontend(KNeighborsRegressor, library="scikit-learn", methods=("predict
                   "cosine")(convert_single)
 register_frontend(KernelPCA, library="scikit-learn", methods=("transform",),
                   notes="kernels linear/poly/rbf/sigmoid/cosine")(convert_single)
+
+# tests/test_param_audit.py
+_KERNEL = "kernel degree gamma coef0"
+declare_params(SVC, implemented=_KERNEL + " decision_function_shape break_ties probability",
+               ignored="C")
+declare_params(NuSVC, implemented=_KERNEL + " decision_function_shape break_ties probability",
+               ignored="nu")
+declare_params(SVR, implemented=_KERNEL, ignored="C epsilon")
+declare_params(NuSVR, implemented=_KERNEL, ignored="C nu")
+declare_params(OneClassSVM, implemented=_KERNEL, ignored="nu")
+declare_params(KNeighborsClassifier, KNeighborsRegressor,
+               implemented="n_neighbors weights metric p metric_params",
+               ignored="algorithm leaf_size")
+# kernel_params reaches only callable kernels (KernelPCA._get_kernel), which are refused
+declare_params(KernelPCA, implemented=_KERNEL,
+               ignored="kernel_params n_components alpha eigen_solver fit_inverse_transform "
+                       "iterated_power remove_zero_eig")

@@ -56,7 +56,13 @@ from sklearn.linear_model import (
 )
 from sklearn.svm import LinearSVC, LinearSVR
 
-from peregrine.frontends.base import add_log_proba, register_frontend, require_fitted, unsupported
+from peregrine.frontends.base import (
+    add_log_proba,
+    declare_params,
+    register_frontend,
+    require_fitted,
+    unsupported,
+)
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, check_no_strings, register_head
 from peregrine.ir import Link, Op
@@ -170,3 +176,62 @@ register_frontend(*_PROBA, library="scikit-learn",
 register_frontend(*[c for c in CLASSIFIERS if c not in _PROBA], library="scikit-learn",
                   methods=("predict", "decision_function"),
                   notes="binary and multiclass")(convert_single)
+
+# tests/test_param_audit.py: fit_intercept=False leaves intercept_ a scalar 0.0; everything
+# else lives in coef_/intercept_ except the GLM link (power, link), SGD's loss (which methods)
+# and LinearSVC's multi_class (coef_'s shape).
+declare_params(ARDRegression, implemented="fit_intercept",
+               ignored="alpha_1 alpha_2 compute_score lambda_1 lambda_2 threshold_lambda")
+declare_params(BayesianRidge, implemented="fit_intercept",
+               ignored="alpha_1 alpha_2 alpha_init compute_score lambda_1 lambda_2 lambda_init")
+declare_params(ElasticNet, implemented="fit_intercept",
+               ignored="alpha l1_ratio positive precompute selection")
+declare_params(Lasso, implemented="fit_intercept",
+               ignored="alpha positive precompute selection")
+declare_params(ElasticNetCV, implemented="fit_intercept",
+               ignored="alphas eps l1_ratio positive precompute selection")
+declare_params(LassoCV, implemented="fit_intercept",
+               ignored="alphas eps positive precompute selection")
+declare_params(GammaRegressor, PoissonRegressor, implemented="fit_intercept",
+               ignored="alpha solver")
+declare_params(TweedieRegressor, implemented="fit_intercept power link", ignored="alpha solver")
+declare_params(HuberRegressor, implemented="fit_intercept", ignored="alpha epsilon")
+declare_params(Lars, implemented="fit_intercept",
+               ignored="eps fit_path jitter n_nonzero_coefs precompute")
+declare_params(LassoLars, implemented="fit_intercept",
+               ignored="alpha eps fit_path jitter positive precompute")
+declare_params(LarsCV, implemented="fit_intercept", ignored="eps max_n_alphas precompute")
+declare_params(LassoLarsCV, implemented="fit_intercept",
+               ignored="eps max_n_alphas positive precompute")
+declare_params(LassoLarsIC, implemented="fit_intercept",
+               ignored="criterion eps noise_variance positive precompute")
+declare_params(LinearRegression, implemented="fit_intercept", ignored="positive")
+declare_params(OrthogonalMatchingPursuit, implemented="fit_intercept",
+               ignored="n_nonzero_coefs precompute")
+declare_params(QuantileRegressor, implemented="fit_intercept",
+               ignored="alpha quantile solver solver_options")
+declare_params(Ridge, RidgeClassifier, implemented="fit_intercept",
+               ignored="alpha positive solver")
+declare_params(RidgeCV, implemented="fit_intercept",
+               ignored="alpha_per_target alphas gcv_mode store_cv_results")
+declare_params(RidgeClassifierCV, implemented="fit_intercept", ignored="alphas store_cv_results")
+declare_params(TheilSenRegressor, implemented="fit_intercept",
+               ignored="max_subpopulation n_subsamples")
+declare_params(LogisticRegression, implemented="fit_intercept",
+               ignored="C dual intercept_scaling l1_ratio penalty solver")
+declare_params(LogisticRegressionCV, implemented="fit_intercept",
+               ignored="Cs dual intercept_scaling l1_ratios penalty refit solver "
+                       "use_legacy_attributes")
+declare_params(LinearSVC, implemented="fit_intercept multi_class",
+               ignored="C dual intercept_scaling loss penalty")
+declare_params(LinearSVR, implemented="fit_intercept",
+               ignored="C dual epsilon intercept_scaling loss")
+declare_params(SGDClassifier, implemented="fit_intercept loss",
+               ignored="alpha average epsilon eta0 l1_ratio learning_rate penalty power_t")
+declare_params(SGDRegressor, implemented="fit_intercept",
+               ignored="alpha average epsilon eta0 l1_ratio learning_rate loss penalty power_t")
+declare_params(Perceptron, implemented="fit_intercept", ignored="alpha eta0 l1_ratio penalty")
+declare_params(PassiveAggressiveClassifier, implemented="fit_intercept",
+               ignored="C average loss")
+declare_params(PassiveAggressiveRegressor, implemented="fit_intercept",
+               ignored="C average epsilon loss")

@@ -38,7 +38,13 @@ from peregrine.frontends import (  # noqa: F401  (they register their heads)
     sklearn_meta_ensembles,
     sklearn_meta_target,
 )
-from peregrine.frontends.base import add_log_proba, register_frontend, require_fitted, unsupported
+from peregrine.frontends.base import (
+    add_log_proba,
+    declare_params,
+    register_frontend,
+    require_fitted,
+    unsupported,
+)
 from peregrine.frontends.meta_util import (
     computed_flow,
     concat_nodes,
@@ -318,6 +324,7 @@ try:
 
     register_frontend(FrozenEstimator, library="scikit-learn", methods=CLASSIFIER_METHODS,
                       notes="the wrapped estimator's methods")(convert_single)
+    declare_params(FrozenEstimator, implemented="estimator")
 except ImportError:  # pragma: no cover - sklearn < 1.6
     pass
 
@@ -352,3 +359,18 @@ register_frontend(*SEARCHES, library="scikit-learn", methods=CLASSIFIER_METHODS,
                   notes="compiles best_estimator_ (refit=True); its methods")(convert_search)
 
 __all__ = ["SEARCHES", "convert_search"]
+
+# tests/test_param_audit.py
+declare_params(VotingClassifier, implemented="estimators voting weights flatten_transform")
+declare_params(VotingRegressor, implemented="estimators weights")
+declare_params(StackingClassifier,
+               implemented="estimators final_estimator passthrough stack_method")
+declare_params(StackingRegressor, implemented="estimators final_estimator passthrough")
+declare_params(MultiOutputClassifier, MultiOutputRegressor, implemented="estimator")
+declare_params(ClassifierChain, implemented="estimator order chain_method")
+declare_params(RegressorChain, implemented="estimator order")
+_HALVING = "aggressive_elimination factor max_resources min_resources resource"
+for _search, _fit_only in zip(SEARCHES, ("param_grid", "param_distributions n_iter",
+                                         "param_grid " + _HALVING,
+                                         "param_distributions n_candidates " + _HALVING)):
+    declare_params(_search, implemented="estimator refit", ignored=_fit_only)

@@ -38,6 +38,7 @@ from sklearn.multiclass import OneVsOneClassifier, OneVsRestClassifier
 
 from peregrine.frontends.base import (
     add_log_proba,
+    declare_params,
     qualified_name,
     register_frontend,
     require_fitted,
@@ -389,3 +390,15 @@ register_frontend(OneVsOneClassifier, library="scikit-learn",
                   methods=("predict", "decision_function"),
                   notes="votes plus normalised confidences (_ovr_decision_function)"
                   )(convert_single)
+
+# tests/test_param_audit.py: Bagging's max_features/bootstrap_features give the feature
+# subsets read at predict time; the fitted estimators_ carry the rest.
+declare_params(BaggingClassifier, BaggingRegressor,
+               implemented="estimator max_features bootstrap_features",
+               ignored="bootstrap max_samples n_estimators oob_score")
+declare_params(AdaBoostClassifier, implemented="estimator",
+               ignored="learning_rate n_estimators")
+declare_params(AdaBoostRegressor, implemented="estimator",
+               ignored="learning_rate loss n_estimators")
+declare_params(CalibratedClassifierCV, implemented="estimator method ensemble")
+declare_params(OneVsRestClassifier, OneVsOneClassifier, implemented="estimator")

@@ -18,6 +18,7 @@ from sklearn.preprocessing import (
 )
 
 from peregrine.frontends.base import (
+    declare_params,
     refuse_overrides,
     register_frontend,
     require_fitted,
@@ -86,3 +87,7 @@ def head_transformed_target(model: TransformedTargetRegressor, ctx: Context,
 register_frontend(TransformedTargetRegressor, library="scikit-learn", methods=("predict",),
                   notes="transformer StandardScaler/RobustScaler/MaxAbsScaler/MinMaxScaler, "
                   "or func/inverse_func numpy ufuncs")(convert_single)
+
+# tests/test_param_audit.py
+declare_params(TransformedTargetRegressor,
+               implemented="regressor transformer func inverse_func", ignored="check_inverse")

@@ -11,7 +11,7 @@ import numpy as np
 from sklearn.impute import MissingIndicator
 from sklearn.utils._missing import is_scalar_nan
 
-from peregrine.frontends.base import register_frontend, require_fitted, unsupported
+from peregrine.frontends.base import declare_params, register_frontend, require_fitted, unsupported
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, concat, register_head, register_step
 from peregrine.ir import Op
@@ -88,3 +88,6 @@ def add_indicator(est: Any, ctx: Context, flow: Flow, imputed: Flow) -> Flow:
 register_frontend(MissingIndicator, library="scikit-learn", methods=("transform",),
                   notes="alone or as a pipeline step; NaN where sklearn accepts it (see "
                   "docs/pipelines.md)")(convert_single)
+
+# tests/test_param_audit.py
+declare_params(MissingIndicator, implemented="features missing_values error_on_new sparse")

@@ -37,7 +37,13 @@ from sklearn.discriminant_analysis import (
 from sklearn.naive_bayes import BernoulliNB, ComplementNB, GaussianNB, MultinomialNB
 from sklearn.neural_network import MLPClassifier, MLPRegressor
 
-from peregrine.frontends.base import add_log_proba, register_frontend, require_fitted, unsupported
+from peregrine.frontends.base import (
+    add_log_proba,
+    declare_params,
+    register_frontend,
+    require_fitted,
+    unsupported,
+)
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import (
     Context,
@@ -377,3 +383,27 @@ register_frontend(KMeans, MiniBatchKMeans, library="scikit-learn",
                   methods=("predict", "transform"), notes="")(convert_single)
 
 __all__ = ["convert_step"]
+
+# tests/test_param_audit.py
+declare_params(GaussianNB, ignored="priors var_smoothing")
+declare_params(BernoulliNB, implemented="binarize",
+               ignored="alpha class_prior fit_prior force_alpha")
+declare_params(MultinomialNB, ignored="alpha class_prior fit_prior force_alpha")
+declare_params(ComplementNB, ignored="alpha class_prior fit_prior force_alpha norm")
+_MLP_FIT = ("alpha batch_size beta_1 beta_2 epsilon hidden_layer_sizes learning_rate "
+            "learning_rate_init max_fun momentum nesterovs_momentum power_t solver")
+declare_params(MLPClassifier, implemented="activation", ignored=_MLP_FIT)
+declare_params(MLPRegressor, implemented="activation loss", ignored=_MLP_FIT)
+declare_params(PCA, implemented="whiten",
+               ignored="iterated_power n_components n_oversamples power_iteration_normalizer "
+                       "svd_solver")
+declare_params(IncrementalPCA, implemented="whiten", ignored="batch_size n_components")
+declare_params(TruncatedSVD, ignored="algorithm n_components n_iter n_oversamples "
+                                     "power_iteration_normalizer")
+declare_params(KMeans, ignored="algorithm init n_clusters")
+declare_params(MiniBatchKMeans, ignored="batch_size compute_labels init init_size "
+                                        "max_no_improvement n_clusters reassignment_ratio")
+declare_params(LinearDiscriminantAnalysis, implemented="solver n_components",
+               ignored="covariance_estimator priors shrinkage store_covariance")
+declare_params(QuadraticDiscriminantAnalysis, implemented="solver",
+               ignored="covariance_estimator priors reg_param shrinkage store_covariance")

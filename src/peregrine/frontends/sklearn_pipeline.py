@@ -20,6 +20,7 @@ from sklearn.pipeline import FeatureUnion, Pipeline
 
 from peregrine.errors import UnsupportedModelError
 from peregrine.frontends.base import (
+    declare_params,
     qualified_name,
     register_frontend,
     require_fitted,
@@ -174,3 +175,10 @@ def convert_feature_union(model: FeatureUnion) -> ModelSpec:
 
 
 __all__ = ["UnsupportedModelError", "convert_single", "model_spec"]
+
+# tests/test_param_audit.py
+# transform_input routes fit-time metadata through the steps; it never reaches predict
+declare_params(Pipeline, implemented="steps", ignored="memory transform_input")
+declare_params(ColumnTransformer,
+               implemented="transformers remainder sparse_threshold transformer_weights")
+declare_params(FeatureUnion, implemented="transformer_list transformer_weights")

@@ -45,7 +45,7 @@ from sklearn.preprocessing import (
 )
 from sklearn.utils._missing import is_scalar_nan
 
-from peregrine.frontends.base import register_frontend, require_fitted, unsupported
+from peregrine.frontends.base import declare_params, register_frontend, require_fitted, unsupported
 from peregrine.frontends.sklearn_missing import add_indicator
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, check_no_strings, register_step, select
@@ -104,9 +104,13 @@ def step_robust_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
 @register_step(MaxAbsScaler)
 def step_max_abs_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "scale_")
-    return _numeric(est, ctx, flow, Op.CENTER_SCALE, center=np.zeros(flow.width),
-                    scale=_per_column(est.scale_, flow.width, 1.0),
-                    float32=_f32(flow, "round"))
+    out = _numeric(est, ctx, flow, Op.CENTER_SCALE, center=np.zeros(flow.width),
+                   scale=_per_column(est.scale_, flow.width, 1.0), float32=_f32(flow, "round"))
+    if getattr(est, "clip", False):  # X /= scale_, then clipped to [-1, 1] (sklearn >= 1.9)
+        node = ctx.g.add(Op.CLIP, (out.node,), width=out.width, low=-1.0, high=1.0,
+                         float32=_f32(flow, True))
+        out = replace(out, node=node)
+    return out
 
 
 @register_step(MinMaxScaler)
@@ -176,7 +180,11 @@ def step_selector(est: Any, ctx: Context, flow: Flow) -> Flow:
 
 
 def _is_string_column(values: np.ndarray) -> bool:
-    return values.dtype.kind in "OUS"
+    # strategy="constant" leaves statistics_ an object array on numeric data too
+    # (array([7.0, 7.0], dtype=object)): strings only where an element is one
+    if values.dtype.kind == "O":
+        return any(isinstance(v, str) for v in values.ravel())
+    return values.dtype.kind in "US"
 
 
 @register_step(SimpleImputer)
@@ -313,3 +321,31 @@ _TRANSFORMERS = (StandardScaler, RobustScaler, MaxAbsScaler, MinMaxScaler, Norma
 register_frontend(*_TRANSFORMERS, library="scikit-learn", methods=("transform",),
                   notes="alone or as a Pipeline/ColumnTransformer/FeatureUnion step; dense "
                   "output; strings through pandas columns")(convert_single)
+
+# tests/test_param_audit.py
+declare_params(StandardScaler, implemented="with_mean with_std")
+declare_params(RobustScaler, implemented="with_centering with_scaling",
+               ignored="quantile_range unit_variance")
+declare_params(MaxAbsScaler, implemented="clip")
+declare_params(MinMaxScaler, implemented="clip feature_range")
+declare_params(Normalizer, implemented="norm")
+declare_params(Binarizer, implemented="threshold")
+declare_params(FunctionTransformer, implemented="func kw_args validate accept_sparse",
+               ignored="check_inverse feature_names_out inv_kw_args inverse_func")
+declare_params(PolynomialFeatures, implemented="degree interaction_only include_bias",
+               ignored="order")
+declare_params(VarianceThreshold, implemented="threshold")
+declare_params(SelectKBest, implemented="k score_func")
+declare_params(SelectPercentile, implemented="percentile score_func")
+declare_params(GenericUnivariateSelect, implemented="mode param score_func")
+declare_params(SelectFromModel,
+               implemented="estimator threshold max_features norm_order importance_getter "
+                           "prefit")
+declare_params(SimpleImputer, implemented="strategy fill_value missing_values add_indicator "
+                                          "keep_empty_features")
+declare_params(OneHotEncoder, implemented="categories drop dtype handle_unknown max_categories "
+                                          "min_frequency sparse_output",
+               ignored="feature_name_combiner")
+declare_params(OrdinalEncoder, implemented="categories dtype encoded_missing_value "
+                                           "handle_unknown max_categories min_frequency "
+                                           "unknown_value")

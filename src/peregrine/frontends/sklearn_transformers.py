@@ -29,7 +29,7 @@ from sklearn.preprocessing import (
 from sklearn.utils import get_tags
 from sklearn.utils._missing import is_scalar_nan
 
-from peregrine.frontends.base import register_frontend, require_fitted, unsupported
+from peregrine.frontends.base import declare_params, register_frontend, require_fitted, unsupported
 from peregrine.frontends.sklearn_missing import _check, add_indicator
 from peregrine.frontends.sklearn_models import _linear, _out, nb_classifier
 from peregrine.frontends.sklearn_pipeline import convert_single
@@ -307,3 +307,21 @@ register_frontend(RFE, RFECV, library="scikit-learn",
                   methods=("predict", "predict_proba", "predict_log_proba", "decision_function",
                            "transform"),
                   notes="support_ then the fitted estimator_'s methods")(convert_single)
+
+# tests/test_param_audit.py
+declare_params(KBinsDiscretizer, implemented="encode dtype n_bins strategy",
+               ignored="quantile_method subsample")
+declare_params(KNNImputer, implemented="n_neighbors weights metric missing_values "
+                                       "add_indicator keep_empty_features")
+declare_params(PowerTransformer, implemented="method standardize")
+declare_params(QuantileTransformer, implemented="output_distribution",
+               ignored="ignore_implicit_zeros n_quantiles subsample")
+declare_params(RFE, implemented="estimator", ignored="importance_getter n_features_to_select "
+                                                     "step")
+declare_params(RFECV, implemented="estimator",
+               ignored="importance_getter min_features_to_select step")
+declare_params(SplineTransformer, implemented="degree extrapolation include_bias knots n_knots "
+                                              "handle_missing sparse_output",
+               ignored="order")
+declare_params(TargetEncoder, implemented="target_type", ignored="categories smooth")
+declare_params(CategoricalNB, ignored="alpha class_prior fit_prior force_alpha min_categories")

@@ -28,6 +28,7 @@ from sklearn.tree import (
 
 from peregrine.frontends.base import (
     add_log_proba,
+    declare_params,
     qualified_name,
     register_frontend,
     require_fitted,
@@ -168,3 +169,13 @@ def convert_tree_regressor(model: Any) -> ModelSpec:
     graph, methods = regressor_graph(forest)
     return tree_model_spec(model, graph, methods, model.n_features_in_,
                            allow_nan=accepts_nan(model, model.n_features_in_))
+
+# Tree structure, leaf values and feature subsets are fitted state; no parameter is read when
+# predicting (tests/test_param_audit.py).
+_TREE_FIT = ("ccp_alpha criterion max_depth max_features max_leaf_nodes min_impurity_decrease "
+             "min_samples_leaf min_samples_split min_weight_fraction_leaf monotonic_cst")
+declare_params(DecisionTreeClassifier, DecisionTreeRegressor, ExtraTreeClassifier,
+               ExtraTreeRegressor, ignored=_TREE_FIT + " splitter")
+declare_params(RandomForestClassifier, RandomForestRegressor, ExtraTreesClassifier,
+               ExtraTreesRegressor,
+               ignored=_TREE_FIT + " bootstrap max_samples n_estimators oob_score")
