@@ -115,3 +115,71 @@ def test_chunks_and_zero_rows():
     assert np.array_equal(got[1][:50], want[1])
     assert rn.nearest(x[:0], v, "euclidean", 2.0, 3)[1].shape == (0, 3)
     assert _torch_nearest(x[:0], v, "euclidean", 2.0, 3)[1].shape == (0, 3)
+
+
+# ------------------------------------------------ seuclidean and mahalanobis (issue #11) --
+
+def _whitened_models():
+    from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
+
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(80, 5)) @ rng.normal(size=(5, 5)) + 2.0
+    y = (x[:, 0] + x[:, 1] > 4.0).astype(int) + (x[:, 2] > 2.0)
+    params = {"seuclidean": {"V": x.var(axis=0)},
+              "mahalanobis": {"VI": np.linalg.inv(np.cov(x.T))}}
+    models = {}
+    for metric, mp in params.items():
+        for algo in ("auto", "brute"):
+            for weights in ("uniform", "distance"):
+                kw = {"metric": metric, "metric_params": mp, "algorithm": algo,
+                      "weights": weights}
+                models[f"{metric}-{algo}-{weights}-clf"] = KNeighborsClassifier(5, **kw).fit(x, y)
+                models[f"{metric}-{algo}-{weights}-reg"] = KNeighborsRegressor(4, **kw).fit(
+                    x, x[:, 3])
+            # k=1 on the row index: predict is the nearest neighbour itself
+            models[f"{metric}-{algo}-index"] = KNeighborsRegressor(
+                1, metric=metric, metric_params=mp, algorithm=algo).fit(x, np.arange(80.0))
+    rows = np.vstack([x, rng.normal(size=(60, 5)) @ rng.normal(size=(5, 5)) + 2.0,
+                      x[:5] * 10.0])
+    return models, rows
+
+
+WHITENED, WHITENED_ROWS = _whitened_models()
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("backend", ["reference", "torch", "torchscript", "native"])
+@pytest.mark.parametrize("name", list(WHITENED))
+def test_seuclidean_and_mahalanobis_match_sklearn(name, backend, dtype):
+    import peregrine
+    from peregrine.backends import available_backends
+
+    if backend not in available_backends():
+        pytest.skip(f"backend {backend} not available")
+    model = WHITENED[name]
+    rows = WHITENED_ROWS.astype(dtype)
+    fast = peregrine.compile(model, backend)
+    if name.endswith("index"):  # the same neighbour, exactly
+        np.testing.assert_array_equal(fast.predict(rows), model.predict(rows))
+        return
+    np.testing.assert_allclose(fast.predict(rows), model.predict(rows), rtol=1e-5, atol=1e-6)
+    if hasattr(model, "predict_proba"):
+        np.testing.assert_allclose(fast.predict_proba(rows), model.predict_proba(rows),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_whitened_metrics_refuse_what_sklearn_computes_differently():
+    import peregrine
+    from peregrine.errors import UnsupportedModelError
+    from sklearn.neighbors import KNeighborsRegressor
+
+    x = np.random.default_rng(4).normal(size=(30, 3))
+    bad_vi = -np.eye(3)  # negative form: sklearn's distances are NaN
+    model = KNeighborsRegressor(3, metric="mahalanobis", metric_params={"VI": bad_vi},
+                                algorithm="brute").fit(x, x[:, 0])
+    with pytest.raises(UnsupportedModelError, match="mahalanobis"):
+        peregrine.compile(model, "reference")
+    model = KNeighborsRegressor(3, metric="seuclidean", metric_params={"V": np.zeros(3)},
+                                algorithm="brute").fit(x, x[:, 0])
+    with pytest.raises(UnsupportedModelError, match="seuclidean"):
+        peregrine.compile(model, "reference")

@@ -134,9 +134,8 @@ _SVC = {**_KERNEL, "decision_function_shape": [V("ovo")], "break_ties": [V(True)
         "probability": [V(True, {"random_state": 0})]}
 _KNN = {"n_neighbors": [V(3), V(1)], "weights": [V("distance")],
         "metric": [V("manhattan"), V("chebyshev"), V("euclidean"), V("cosine"),
-                   V("seuclidean", {"metric_params": {"V": X.var(axis=0)}}, refused=True),
-                   V("mahalanobis", {"metric_params": {"VI": np.linalg.inv(np.cov(X.T))}},
-                     refused=True)],
+                   V("seuclidean", {"metric_params": {"V": X.var(axis=0)}}),
+                   V("mahalanobis", {"metric_params": {"VI": np.linalg.inv(np.cov(X.T))}})],
         "p": [V(1), V(3)],
         "metric_params": [V({"p": 3}), V({"w": np.arange(1.0, 5.0)}, refused=True)]}
 _LINEAR_ONLY = {_FIT: [V(False)]}

@@ -160,15 +160,42 @@ _METRIC_ALIASES = {"euclidean": "euclidean", "l2": "euclidean", "manhattan": "ma
                    "infinity": "chebyshev", "minkowski": "minkowski", "cosine": "cosine"}
 
 
-def _neighbours(est: Any, ctx: Context, flow: Flow) -> dict:
-    """The KNN attributes shared by the classifier and the regressor."""
+def _whitening(est: Any, metric: str, params: dict) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """seuclidean and mahalanobis are euclidean distances between linearly mapped rows:
+    sum((x - v)**2 / V) = |x / sqrt(V) - v / sqrt(V)|^2 and (x - v) VI (x - v)' = |(x - v) A|^2
+    with A = Q sqrt(lambda) from VI's symmetric part Q diag(lambda) Q' (the quadratic form sees
+    only that). Returns (per-column scale, matrix): the mapped distances differ from sklearn's
+    DistanceMetric loops by rounding only (a few ulps), so the neighbours are the same except
+    for near-ties that close (the tests check identical neighbours and distances to 1e-5)."""
+    if metric == "seuclidean":
+        v = np.asarray(params.pop("V", None), dtype=np.float64)
+        if v.ndim != 1 or not (np.isfinite(v).all() and (v > 0).all()):
+            raise unsupported(est, "seuclidean metric_params V", "finite, positive variances")
+        return 1.0 / np.sqrt(v), None
+    vi = np.asarray(params.pop("VI", None), dtype=np.float64)
+    if vi.ndim != 2 or vi.shape[0] != vi.shape[1] or not np.isfinite(vi).all():
+        raise unsupported(est, "mahalanobis metric_params VI", "a finite square matrix")
+    lam, q = np.linalg.eigh((vi + vi.T) / 2.0)
+    if lam.min() < 0.0:  # sklearn takes the root of a negative form: NaN distances
+        raise unsupported(est, "mahalanobis metric_params VI with a negative eigenvalue",
+                          "positive semi-definite VI")
+    return None, q * np.sqrt(lam)
+
+
+def _neighbours(est: Any, ctx: Context, flow: Flow) -> tuple[str, dict]:
+    """The KNN input node and attributes shared by the classifier and the regressor."""
     require_fitted(est, "_fit_X", "_y", "effective_metric_")
     _numeric_input(est, ctx, flow)
     metric = est.effective_metric_
-    if callable(metric) or metric not in _METRIC_ALIASES:
-        raise unsupported(est, f"metric={metric!r}", ", ".join(sorted(_METRIC_ALIASES)))
-    metric = _METRIC_ALIASES[metric]
+    if callable(metric) or metric not in (*_METRIC_ALIASES, "seuclidean", "mahalanobis"):
+        raise unsupported(est, f"metric={metric!r}", ", ".join(
+            sorted((*_METRIC_ALIASES, "seuclidean", "mahalanobis"))))
     params = dict(est.effective_metric_params_ or {})
+    scale = matrix = None
+    if metric in ("seuclidean", "mahalanobis"):
+        scale, matrix = _whitening(est, metric, params)
+        metric = "euclidean"
+    metric = _METRIC_ALIASES[metric]
     p = params.pop("p", 2.0)
     if params.get("w") is None:  # minkowski's per-feature weights, None when unset
         params.pop("w", None)
@@ -186,18 +213,29 @@ def _neighbours(est: Any, ctx: Context, flow: Flow) -> dict:
         raise unsupported(est, f"n_neighbors={est.n_neighbors} with n_samples_fit_="
                           f"{fit_x.shape[0]} (sklearn's predict raises ValueError: expected "
                           "n_neighbors <= n_samples_fit)")
-    return {"metric": metric, "p": float(p), "vectors": fit_x, "k": int(est.n_neighbors),
-            "weights": est.weights}
+    node = flow.node
+    if scale is not None:  # the same elementwise product on both sides: equal rows stay equal
+        if scale.shape[0] != flow.width:
+            raise unsupported(est, "seuclidean V of another length than the features")
+        node = ctx.g.add(Op.AFFINE, (node,), width=flow.width, scale=scale, shift=0.0)
+        fit_x = fit_x * scale
+    elif matrix is not None:
+        if matrix.shape[0] != flow.width:
+            raise unsupported(est, "mahalanobis VI of another size than the features")
+        node = _linear(ctx, node, matrix, 0.0)
+        fit_x = fit_x @ matrix
+    return node, {"metric": metric, "p": float(p), "vectors": fit_x,
+                  "k": int(est.n_neighbors), "weights": est.weights}
 
 
 @register_head(KNeighborsClassifier)
 def head_knn_classifier(est: Any, ctx: Context, flow: Flow) -> Head:
-    attrs = _neighbours(est, ctx, flow)
+    node, attrs = _neighbours(est, ctx, flow)
     if est.outputs_2d_:
         raise unsupported(est, "multi-output targets", "one target column")
     k = len(est.classes_)
     onehot = np.eye(k)[np.asarray(est._y, dtype=np.int64)]
-    proba = ctx.g.add(Op.KNN, (flow.node,), width=k, values=onehot, normalize=True, **attrs)
+    proba = ctx.g.add(Op.KNN, (node,), width=k, values=onehot, normalize=True, **attrs)
     label = ctx.g.add(Op.ARGMAX, (proba,), dtype="int64", width=1)  # mode: smallest class
     return Head({"predict": label, "predict_proba": proba},
                 {"predict": MethodSpec("predict", labels=np.asarray(est.classes_)),
@@ -206,11 +244,10 @@ def head_knn_classifier(est: Any, ctx: Context, flow: Flow) -> Head:
 
 @register_head(KNeighborsRegressor)
 def head_knn_regressor(est: Any, ctx: Context, flow: Flow) -> Head:
-    attrs = _neighbours(est, ctx, flow)
+    node, attrs = _neighbours(est, ctx, flow)
     y = _f64(est._y)
     y2 = y.reshape(len(y), -1)
-    out = ctx.g.add(Op.KNN, (flow.node,), width=y2.shape[1], values=y2, normalize=False,
-                    **attrs)
+    out = ctx.g.add(Op.KNN, (node,), width=y2.shape[1], values=y2, normalize=False, **attrs)
     return Head({"predict": out}, {"predict": MethodSpec("predict", squeeze=y.ndim == 1)})
 
 
@@ -253,10 +290,10 @@ register_frontend(OneClassSVM, library="scikit-learn",
 register_frontend(KNeighborsClassifier, library="scikit-learn",
                   methods=("predict", "predict_proba"),
                   notes="uniform/distance weights; euclidean, manhattan, chebyshev, minkowski, "
-                  "cosine")(convert_single)
+                  "cosine, seuclidean, mahalanobis")(convert_single)
 register_frontend(KNeighborsRegressor, library="scikit-learn", methods=("predict",),
                   notes="uniform/distance weights; euclidean, manhattan, chebyshev, minkowski, "
-                  "cosine")(convert_single)
+                  "cosine, seuclidean, mahalanobis")(convert_single)
 register_frontend(KernelPCA, library="scikit-learn", methods=("transform",),
                   notes="kernels linear/poly/rbf/sigmoid/cosine")(convert_single)
 
