@@ -19,7 +19,7 @@ LAYERS = {
     "_version": 0, "errors": 0, "options": 0, "config": 0, "registry": 0,
     "ir": 1,
     "frontends": 2, "kernels": 2, "passes": 2, "sources": 2,
-    "backends": 3,
+    "backends": 3, "export": 3,  # export lowers the IR for other runtimes, as a backend
     "runtime": 4,
     "api": 5,
     "<root>": 6,  # peregrine/__init__.py: the public names

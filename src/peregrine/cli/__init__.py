@@ -1,4 +1,4 @@
-"""The ``peregrine`` command line: compile, predict, inspect, bench (and backends).
+"""The ``peregrine`` command line: compile, predict, inspect, bench, export (and backends).
 
 Each command lives in its own module with ``add_parser(subparsers, parents)`` and ``run(args)``.
 ``main`` turns every failure into one line on stderr and a non-zero exit code; ``--verbose``
@@ -15,13 +15,15 @@ from peregrine.cli import (
     backends_cmd,
     bench_cmd,
     compile_cmd,
+    export_cmd,
     inspect_cmd,
     predict_cmd,
     serve_cmd,
 )
 from peregrine.cli._common import CLIError
 
-COMMANDS = (compile_cmd, predict_cmd, inspect_cmd, bench_cmd, backends_cmd, serve_cmd)
+COMMANDS = (compile_cmd, predict_cmd, inspect_cmd, bench_cmd, backends_cmd, serve_cmd,
+            export_cmd)
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 

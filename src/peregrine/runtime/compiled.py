@@ -160,6 +160,19 @@ class CompiledModel:
         )
         return self.content_hash
 
+    def export_onnx(self, path: str | os.PathLike, *, opset: int | None = None,
+                    batch: int | str = "dynamic", ml_ops: str = "auto",
+                    sample: Any = None) -> Any:
+        """Write this program as an ONNX model (input ``X`` float64, outputs ``label`` and
+        ``probabilities`` for classifiers, ``variable`` otherwise), checked with
+        ``onnx.checker`` and validated in ONNX Runtime against this model on ``sample`` (or
+        generated rows, NaN included where the source accepts it); a difference raises
+        ``ValidationError``, an op ONNX cannot express ``UnsupportedModelError``. Returns an
+        ``ExportReport``. docs/export.md."""
+        from peregrine.export import export_onnx  # lazy: export sits above runtime
+
+        return export_onnx(self, path, opset=opset, batch=batch, ml_ops=ml_ops, sample=sample)
+
     def __repr__(self) -> str:
         return (f"CompiledModel({self.spec.source}, backend={self.backend!r}, "
                 f"device={self._device!r}, methods={list(self.methods)})")

@@ -1,0 +1,127 @@
+"""``peregrine export MODEL --format onnx|triton|shared-library -o PATH``: a compiled program
+for a runtime outside Peregrine (docs/export.md)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from peregrine.cli._common import CLIError, positive_int, spinner
+
+FORMATS = ("onnx", "triton", "shared-library")
+HELP = "export a model as ONNX or a Triton model repository"
+DESCRIPTION = """\
+Export a model for a runtime outside Peregrine. MODEL is a compiled Peregrine artifact
+('peregrine compile') or a fitted model file 'compile' accepts (XGBoost JSON/UBJSON, LightGBM
+text, CatBoost, ONNX, a scikit-learn pickle with --allow-pickle).
+
+  --format onnx            -o model.onnx: an ONNX model (input X, float64, dynamic batch axis;
+                           classifiers output 'label' and 'probabilities', others 'variable')
+  --format triton          -o DIR: a Triton model repository, DIR/NAME/config.pbtxt and
+                           DIR/NAME/1/model.onnx, dynamic batching configured
+  --format shared-library  not yet: ahead-of-time native libraries are issue #13
+
+The export is checked with onnx.checker and validated in ONNX Runtime against the compiled
+model on the --sample rows (or generated rows, NaN included where the model accepts NaN):
+a difference beyond rtol 1e-5 / atol 1e-6, or any label that differs, fails the command and
+writes nothing. An operation ONNX cannot express fails naming it."""
+
+
+def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
+    p = sub.add_parser("export", help=HELP, description=DESCRIPTION, parents=parents,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("model", metavar="MODEL", help="a Peregrine artifact or a fitted model file")
+    p.add_argument("--format", choices=FORMATS, default="onnx",
+                   help="what to write (default: onnx)")
+    p.add_argument("-o", "--output", metavar="PATH", required=True,
+                   help="the .onnx file (onnx) or the model repository directory (triton)")
+    p.add_argument("--name", metavar="NAME",
+                   help="Triton model name (default: the source class, lower case)")
+    p.add_argument("--max-batch-size", type=positive_int, default=4096, metavar="N",
+                   help="Triton max_batch_size (default: 4096)")
+    p.add_argument("--opset", type=int, metavar="N",
+                   help="ai.onnx opset to write (default: 21; 18 or newer)")
+    p.add_argument("--batch", default="dynamic", metavar="N|dynamic",
+                   help="the batch axis: 'dynamic' (default) or a fixed row count (onnx)")
+    p.add_argument("--ml-ops", choices=("auto", "always", "never"), default="auto",
+                   help="use ai.onnx.ml operators (TreeEnsemble) where they apply "
+                   "(default: auto)")
+    p.add_argument("--sample", metavar="DATA",
+                   help="CSV/Parquet rows to validate the export on (default: generated rows)")
+    p.add_argument("--allow-pickle", action="store_true",
+                   help="allow reading a pickle/joblib MODEL (this runs code from the file)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.format == "shared-library":
+        raise CLIError("--format shared-library is not available yet: ahead-of-time native "
+                       "libraries are issue #13 (use --format onnx or triton)")
+    batch: int | str = args.batch
+    if batch != "dynamic":
+        try:
+            batch = int(batch)
+        except ValueError:
+            raise CLIError(f"--batch {args.batch!r}: use 'dynamic' or a row count") from None
+        if args.format == "triton":
+            raise CLIError("--format triton batches dynamically; leave --batch out")
+    compiled = _compiled(args)
+    sample = _sample(args, compiled) if args.sample else None
+    options = {"opset": args.opset, "ml_ops": args.ml_ops}
+    start = time.perf_counter()
+    with spinner(f"exporting {os.path.basename(args.model)}"):
+        if args.format == "onnx":
+            from peregrine.export import export_onnx
+
+            report = export_onnx(compiled, args.output, batch=batch, sample=sample, **options)
+            where = args.output
+        else:
+            from peregrine.export import write_triton_repository
+
+            report = write_triton_repository(compiled, args.output, name=args.name,
+                                             max_batch_size=args.max_batch_size,
+                                             sample=sample, **options)
+            where = os.path.dirname(os.path.dirname(report.path))
+    elapsed = time.perf_counter() - start
+    print(f"exported {compiled.spec.source} as {args.format} -> {where} ({elapsed:.2f} s)")
+    for name, (dtype, dims) in report.inputs.items():
+        print(f"  input  {name}: {dtype} {dims}")
+    for name, (dtype, dims) in report.outputs.items():
+        method = next((m for m, o in report.methods.items() if o == name), "")
+        print(f"  output {name}: {dtype} {dims} ({method})")
+    for method, dev in report.deviations.items():
+        text = ", ".join(f"{k} {v:.3g}" for k, v in dev.items())
+        print(f"  validated {method} on {report.rows} rows in ONNX Runtime: {text}")
+    return 0
+
+
+def _compiled(args: argparse.Namespace):
+    """The compiled model: loaded from an artifact, or compiled from a model file with the
+    reference backend (the ops' NumPy rules: the oracle the export is validated against)."""
+    import peregrine
+    from peregrine.cli._common import check_input_file
+    from peregrine.sources import ModelFormat, detect_format
+
+    check_input_file(args.model, "model file")
+    with open(args.model, "rb") as f:
+        head = f.read(4096)
+    if detect_format(head, args.model) is ModelFormat.PEREGRINE_ARTIFACT:
+        return peregrine.load(args.model, backend="reference")
+    from peregrine.cli.model_files import load_model
+
+    loaded = load_model(args.model, allow_pickle=args.allow_pickle)
+    return peregrine.compile(loaded.model, backend="reference")
+
+
+def _sample(args: argparse.Namespace, compiled):
+    import numpy as np
+
+    from peregrine.cli.data import DataReader, Schema, to_model_frame
+    from peregrine.errors import InputError
+
+    reader = DataReader(args.sample, chunk_rows=10_000)
+    for start, df in reader.chunks():
+        frame = to_model_frame(df, start, Schema.of(compiled.spec), args.sample)
+        return np.asarray(frame, dtype=np.float64)
+    raise InputError(f"{args.sample}: has no data rows")

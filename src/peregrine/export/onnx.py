@@ -1,0 +1,294 @@
+"""CompiledModel -> ONNX: walk the program's IR graph, lower each op through ``LOWERINGS``
+(``onnx_ops.py``, ``onnx_trees.py``), give the public methods named outputs, check the model
+with ``onnx.checker`` and validate it in ONNX Runtime against the compiled model before it is
+written. docs/export.md says what exports and how exact it is."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from peregrine.errors import UnsupportedModelError, ValidationError
+from peregrine.ir.ops import Op
+
+DEFAULT_OPSET = 21
+MIN_OPSET = 18  # ReduceSum/ReduceMax take their axes as an input
+ML_OPSET = 5  # TreeEnsemble
+RTOL, ATOL = 1e-5, 1e-6
+INPUT_NAME = "X"
+# public method -> ONNX output name (skl2onnx's names for classifiers: label, probabilities)
+OUTPUT_NAMES = {"predict": "variable", "predict_proba": "probabilities",
+                "decision_function": "scores", "score_samples": "scores",
+                "transform": "variable", "predict_log_proba": "log_probabilities"}
+
+
+@dataclass
+class ExportReport:
+    """What ``export_onnx`` wrote and how close ONNX Runtime came to the compiled model."""
+
+    path: str
+    inputs: dict[str, tuple[str, list[Any]]]  # name -> (numpy dtype name, shape)
+    outputs: dict[str, tuple[str, list[Any]]]
+    methods: dict[str, str]  # public method -> output name
+    opset: int
+    rows: int = 0  # validation rows
+    deviations: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def _require() -> tuple[Any, Any]:
+    try:
+        import onnx
+        import onnxruntime
+    except ImportError as exc:
+        raise UnsupportedModelError(
+            f"ONNX export needs onnx and onnxruntime ({exc.name} is missing): "
+            "pip install 'peregrine-ml[onnx]'") from None
+    return onnx, onnxruntime
+
+
+def exported_methods(spec: Any, methods: Any = None) -> list[str]:
+    """The public methods that become outputs: predict and predict_proba where the model has
+    them (a classifier's label and probabilities), else its one transform/score method."""
+    if methods is not None:
+        missing = [m for m in methods if m not in spec.methods]
+        if missing:
+            raise UnsupportedModelError(f"{spec.source} has no {', '.join(missing)}")
+        return list(methods)
+    chosen = [m for m in ("predict", "predict_proba") if m in spec.methods]
+    if not chosen:
+        chosen = [m for m in ("transform", "decision_function", "score_samples")
+                  if m in spec.methods][:1]
+    return chosen
+
+
+def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic",
+               ml_ops: str = "auto", methods: Any = None) -> tuple[Any, dict[str, str]]:
+    """The ONNX ModelProto of ``compiled``'s program and {method: output name}."""
+    onnx, _ = _require()
+    from onnx import TensorProto, helper
+
+    # importing registers the lowerings
+    from peregrine.export import onnx_ops, onnx_trees  # noqa: F401
+    from peregrine.export.onnx_graph import LOWERINGS, Emitter
+
+    spec = compiled.spec
+    opset = DEFAULT_OPSET if opset is None else int(opset)
+    if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
+        raise UnsupportedModelError(
+            f"ONNX opset {opset} is not exported: Peregrine writes opsets {MIN_OPSET} to "
+            f"{onnx.defs.onnx_opset_version()} (ReduceSum/ReduceMax with axes inputs)")
+    if ml_ops not in ("auto", "always", "never"):
+        raise ValueError(f"ml_ops={ml_ops!r}: use 'auto', 'always' or 'never'")
+    if spec.category_maps or spec.hash_columns:
+        raise UnsupportedModelError(
+            f"{spec.source}: ONNX export takes a float64 matrix; this model reads string or "
+            "pandas category columns (category maps / hashed columns), which it does not "
+            "export yet; the reference, torch, torchscript and native backends run it")
+    if batch == "dynamic":
+        rows: Any = "N"
+    elif isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
+        rows = int(batch)
+    else:
+        raise ValueError(f"batch={batch!r}: use 'dynamic' or a positive row count")
+
+    chosen = exported_methods(spec, methods)
+    e = Emitter(spec.source, ml_ops)
+    graph = spec.graph
+    wanted = [spec.methods[m].output for m in chosen]
+    names: dict[str, str] = {}
+    for node in graph.toposort():
+        if node.op is Op.INPUT:
+            names[node.name] = INPUT_NAME
+    for node in graph.steps(graph.outputs[w] for w in wanted):
+        lower = LOWERINGS.get(node.op)
+        if lower is None:
+            e.refuse(node)
+        out = lower(e, node, [names[i] for i in node.inputs])  # type: ignore[misc]
+        names[node.name] = out
+        e.dtypes[out] = TensorProto.INT64 if node.dtype == "int64" else TensorProto.DOUBLE
+
+    outputs, taken = [], {}
+    for m in chosen:
+        ms = spec.methods[m]
+        x = names[graph.outputs[ms.output]]
+        name = "label" if ms.labels is not None else OUTPUT_NAMES[m]
+        if name in taken.values():
+            name = m
+        taken[m] = name
+        if ms.labels is not None:
+            labels = np.asarray(ms.labels)
+            flat = e.op("Reshape", [x, e.const(np.asarray([-1], np.int64))])
+            e.nodes.append(helper.make_node("Gather", [e.const(labels), flat], [name],
+                                            name=name, axis=0))
+            elem = _elem_type(labels.dtype)
+            shape: list[Any] = [rows]
+        else:
+            width = graph.node(graph.outputs[ms.output]).width
+            shape = [rows] if ms.squeeze else [rows, width]
+            if ms.squeeze:
+                x = e.op("Reshape", [x, e.const(np.asarray([-1], np.int64))])
+            dtype = "float64" if ms.dtype == "input" else ms.dtype
+            elem = _elem_type(np.dtype(dtype))
+            e.nodes.append(helper.make_node("Cast", [x], [name], name=name, to=elem))
+        outputs.append(helper.make_tensor_value_info(name, elem, shape))
+
+    inputs = [helper.make_tensor_value_info(INPUT_NAME, TensorProto.DOUBLE,
+                                            [rows, spec.n_features])]
+    g = helper.make_graph(e.nodes, "peregrine", inputs, outputs, e.initializers)
+    opsets = [helper.make_opsetid("", opset)]
+    if any(n.domain == "ai.onnx.ml" for n in e.nodes):
+        opsets.append(helper.make_opsetid("ai.onnx.ml", ML_OPSET))
+    from peregrine._version import __version__
+
+    model = helper.make_model(g, opset_imports=opsets, producer_name="peregrine",
+                              producer_version=__version__)
+    model.ir_version = min(model.ir_version, 10)  # what ONNX Runtime 1.17+ reads
+    model.doc_string = f"{spec.source}, exported by Peregrine {__version__}"
+    onnx.checker.check_model(model, full_check=True)
+    return model, taken
+
+
+def _elem_type(dtype: np.dtype) -> int:
+    from onnx import TensorProto
+
+    if dtype.kind in "OUS":
+        return TensorProto.STRING
+    return {"float64": TensorProto.DOUBLE, "float32": TensorProto.FLOAT,
+            "int64": TensorProto.INT64, "int32": TensorProto.INT32,
+            "bool": TensorProto.BOOL}.get(dtype.name, TensorProto.DOUBLE)
+
+
+def session(model: Any, threads: int = 1) -> Any:
+    """An ONNX Runtime CPU session on ``model`` (a ModelProto, bytes or path)."""
+    _, ort = _require()
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    data = model.SerializeToString() if hasattr(model, "SerializeToString") else model
+    return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+
+def validation_rows(compiled: Any, n: int = 512, seed: int = 0) -> np.ndarray:
+    """Rows to validate on when the caller gives none: per column, values the model's trees
+    split at (each threshold and its float32/float64 neighbours) mixed with normal draws, NaN
+    and +-inf where the source accepts them."""
+    spec = compiled.spec
+    rng = np.random.default_rng(seed)
+    d = spec.n_features
+    X = rng.normal(0.0, 2.0, size=(n, d))
+    pools: list[list[float]] = [[] for _ in range(d)]
+    for f in spec.graph.forests():
+        if f.n_features != d:
+            continue
+        internal = f.feature >= 0
+        for j, t in zip(f.feature[internal], f.threshold[internal]):
+            pools[j].append(float(t))
+    for j, pool in enumerate(pools):
+        if pool:
+            t = rng.choice(np.asarray(pool), size=n)
+            t32 = t.astype(np.float32)
+            cand = np.stack([t, np.nextafter(t, -np.inf), np.nextafter(t, np.inf), t32,
+                             np.nextafter(t32, np.float32(-np.inf)).astype(np.float64),
+                             np.nextafter(t32, np.float32(np.inf)).astype(np.float64)], 1)
+            pick = cand[np.arange(n), rng.integers(0, cand.shape[1], n)]
+            X[:, j] = np.where(rng.random(n) < 0.8, pick, X[:, j])
+    if spec.allow_nan:
+        X[rng.random((n, d)) < 0.08] = np.nan
+    if spec.allow_inf:
+        X[rng.random((n, d)) < 0.01] = np.inf
+        X[rng.random((n, d)) < 0.01] = -np.inf
+    return X
+
+
+def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = None
+             ) -> tuple[int, dict[str, dict[str, float]]]:
+    """Run ``model`` in ONNX Runtime and ``compiled`` on the same rows; raise ValidationError
+    where they differ beyond rtol 1e-5 / atol 1e-6 or a label differs."""
+    X = validation_rows(compiled) if rows is None else np.asarray(rows, dtype=np.float64)
+    X = np.ascontiguousarray(X.reshape(-1, compiled.spec.n_features))
+    if rows is None and compiled.spec.input_checks:
+        X = _accepted_rows(compiled, X)
+    expected: dict[str, np.ndarray] = {}
+    for m in methods:
+        expected[m] = _expected(compiled, m, X)
+    try:
+        sess = session(model)
+    except Exception as exc:  # noqa: BLE001 - ONNX Runtime lacks a kernel (e.g. a dtype)
+        raise UnsupportedModelError(f"{compiled.spec.source}: ONNX Runtime cannot run the "
+                                    f"exported model: {exc}") from exc
+    got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {INPUT_NAME: X})))
+    report: dict[str, dict[str, float]] = {}
+    for m, name in methods.items():
+        want, have = expected[m], np.asarray(got[name])
+        ok = np.isfinite(want) if want.dtype.kind == "f" else np.ones(want.shape, bool)
+        if want.shape != have.shape:
+            raise ValidationError(f"ONNX export of {compiled.spec.source}: {m} -> {name} has "
+                                  f"shape {have.shape}, the compiled model {want.shape}")
+        if want.dtype.kind in "fc":
+            diff = np.abs(have.astype(np.float64) - want.astype(np.float64))
+            bad = ~np.isclose(have, want, rtol=RTOL, atol=ATOL, equal_nan=True)
+            rel = diff[ok] / np.maximum(np.abs(want[ok]), 1e-300) if ok.any() else diff[ok]
+            report[m] = {"max_abs": float(np.max(diff[ok], initial=0.0)),
+                         "max_rel": float(np.max(rel, initial=0.0))}
+        else:
+            bad = have.astype(object) != want.astype(object)
+            report[m] = {"mismatches": int(np.sum(bad))}
+        if np.any(bad):
+            r = int(np.argwhere(bad.reshape(len(X), -1))[0][0])
+            raise ValidationError(
+                f"ONNX export of {compiled.spec.source}: {m} differs from the compiled model "
+                f"on {int(np.sum(bad))} value(s), first at row {r}: ONNX Runtime "
+                f"{have[r]!r}, compiled {want[r]!r} (rtol {RTOL}, atol {ATOL}, labels equal)")
+    return len(X), report
+
+
+def _accepted_rows(compiled: Any, X: np.ndarray) -> np.ndarray:
+    """The generated rows the source would not reject (an unseen category reaching an
+    encoder with handle_unknown='error' raises there; the ONNX program cannot raise)."""
+    from peregrine.ir.spec import INPUT_ERRORS
+
+    flags = np.asarray(compiled._exec.run(X, (INPUT_ERRORS,))[INPUT_ERRORS])
+    keep = X[~np.any(flags != 0, axis=1)]
+    if not len(keep):
+        raise ValidationError(f"{compiled.spec.source}: every generated validation row holds "
+                              "a value the model rejects; pass sample= rows to validate on")
+    return keep
+
+
+def _expected(compiled: Any, method: str, X: np.ndarray) -> np.ndarray:
+    return np.asarray(getattr(compiled, method)(X))
+
+
+def export_onnx(compiled: Any, path: str | os.PathLike, *, opset: int | None = None,
+                batch: Any = "dynamic", ml_ops: str = "auto", methods: Any = None,
+                sample: Any = None, validate_rows: bool = True) -> ExportReport:
+    """Write ``compiled``'s program as an ONNX model at ``path`` after checking it
+    (``onnx.checker``) and validating it in ONNX Runtime on ``sample`` (or generated rows)."""
+    onnx, _ = _require()
+    model, taken = build_onnx(compiled, opset=opset, batch=batch, ml_ops=ml_ops,
+                              methods=methods)
+    n_rows, deviations = 0, {}
+    if validate_rows:
+        n_rows, deviations = validate(compiled, model, taken, sample)
+    path = os.fspath(path)
+    tmp = f"{path}.tmp{os.getpid()}"
+    onnx.save_model(model, tmp)
+    os.replace(tmp, path)
+    return ExportReport(path=path, inputs=_signature(model.graph.input),
+                        outputs=_signature(model.graph.output), methods=taken,
+                        opset=model.opset_import[0].version, rows=n_rows,
+                        deviations=deviations)
+
+
+def _signature(values: Any) -> dict[str, tuple[str, list[Any]]]:
+    from onnx import helper
+
+    out = {}
+    for v in values:
+        t = v.type.tensor_type
+        dims = [d.dim_param or d.dim_value for d in t.shape.dim]
+        out[v.name] = (helper.tensor_dtype_to_np_dtype(t.elem_type).name, dims)
+    return out

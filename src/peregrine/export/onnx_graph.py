@@ -1,0 +1,83 @@
+"""The ONNX graph under construction (``Emitter``) and the table of per-op lowerings
+(``LOWERINGS``, keyed by ``Op``, filled by ``@lowering`` beside each function in
+``onnx_ops.py`` and ``onnx_trees.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+from peregrine.errors import UnsupportedModelError
+from peregrine.ir.ops import Op
+
+Lowering = Callable[["Emitter", Any, list[str]], str]
+LOWERINGS: dict[Op, Lowering] = {}
+# the backends that run every op (named when an op has no ONNX lowering)
+RUNNING_BACKENDS = "reference, torch, torchscript and native"
+
+
+def lowering(op: Op) -> Callable[[Lowering], Lowering]:
+    def deco(fn: Lowering) -> Lowering:
+        if op in LOWERINGS:
+            raise RuntimeError(f"{op} has two ONNX lowerings")
+        LOWERINGS[op] = fn
+        return fn
+
+    return deco
+
+
+class Emitter:
+    """Appends ONNX nodes and constant initializers with unique names."""
+
+    def __init__(self, source: str, ml_ops: str) -> None:
+        self.nodes: list[Any] = []
+        self.initializers: list[Any] = []
+        self.source = source
+        self.ml_ops = ml_ops
+        self.dtypes: dict[str, int] = {}  # tensor name -> ONNX elem type, where known
+        self._count = 0
+
+    def fresh(self, hint: str) -> str:
+        self._count += 1
+        return f"{hint}_{self._count}"
+
+    def op(self, op_type: str, inputs: list[str], *, domain: str = "", **attrs: Any) -> str:
+        out = self.fresh(op_type.lower())
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=out, domain=domain,
+                                           **attrs))
+        return out
+
+    def const(self, value: np.ndarray) -> str:
+        name = self.fresh("c")
+        arr = np.asarray(value)
+        if arr.dtype == object or arr.dtype.kind == "U":
+            t = helper.make_tensor(name, TensorProto.STRING, arr.shape,
+                                   [str(v).encode() for v in arr.reshape(-1)])
+        else:
+            t = numpy_helper.from_array(np.ascontiguousarray(arr), name)
+        self.initializers.append(t)
+        return name
+
+    def row(self, value: Any) -> str:
+        """A scalar or per-column float64 parameter, broadcast over rows."""
+        v = np.asarray(value, np.float64)
+        return self.const(v if v.ndim == 0 else v.reshape(1, -1))
+
+    def columns(self, x: str, start: int, stop: int) -> str:
+        return self.op("Slice", [x, self.const(np.asarray([start], np.int64)),
+                                 self.const(np.asarray([stop], np.int64)),
+                                 self.const(np.asarray([1], np.int64))])
+
+    def to_double(self, x: str) -> str:
+        if self.dtypes.get(x, TensorProto.DOUBLE) == TensorProto.DOUBLE:
+            return x
+        return self.op("Cast", [x], to=TensorProto.DOUBLE)
+
+    def refuse(self, node: Any, what: str | None = None) -> None:
+        what = what or f"op {node.op.value}"
+        raise UnsupportedModelError(
+            f"{self.source}: ONNX export cannot express {what} (IR node {node.name!r}); "
+            f"the {RUNNING_BACKENDS} backends run it: peregrine.compile(model, backend=...)")

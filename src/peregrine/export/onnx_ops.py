@@ -1,0 +1,248 @@
+"""ONNX lowerings of the element-wise, linear and featurizer ops (``ir/semantics/core.py``,
+``pipeline.py``, ``trees.py``'s REPLACE_WITH_NAN), one function per op, in standard
+``ai.onnx`` ops. The exported program's input is float64, so every rule's float64 path is the
+one reproduced (the ``float32`` modes apply to float32 inputs only); each lowering computes in
+double in the rule's order where ONNX has the same operation (products, sums, comparisons,
+selections are then bit-identical; transcendental functions are ONNX Runtime's, within an ulp
+or two)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto
+
+from peregrine.export.onnx_graph import Emitter, lowering
+from peregrine.ir.ops import Link, Op
+
+DOUBLE = TensorProto.DOUBLE
+
+
+@lowering(Op.REPLACE_WITH_NAN)
+def lower_replace_with_nan(e: Emitter, n: Any, ins: list[str]) -> str:
+    a = n.attrs
+    x = ins[0]
+    if a.compare_dtype is not None and np.dtype(a.compare_dtype) == np.float32:
+        # XGBoost tests float32(x) == missing
+        cx = e.op("Cast", [x], to=TensorProto.FLOAT)
+        hit = e.op("Equal", [cx, e.const(np.asarray(a.value, np.float32))])
+    else:
+        hit = e.op("Equal", [x, e.const(np.asarray(a.value, np.float64))])
+    return e.op("Where", [hit, e.const(np.asarray(np.nan)), x])
+
+
+@lowering(Op.AFFINE)
+def lower_affine(e: Emitter, n: Any, ins: list[str]) -> str:
+    a = n.attrs
+    return e.op("Add", [e.op("Mul", [ins[0], e.row(a.scale)]), e.row(a.shift)])
+
+
+@lowering(Op.LINK)
+def lower_link(e: Emitter, n: Any, ins: list[str]) -> str:
+    a, x = n.attrs, ins[0]
+    if a.kind is Link.IDENTITY:
+        return e.op("Identity", [x])
+    if a.kind is Link.SIGMOID:
+        if float(a.scale) != 1.0:
+            x = e.op("Mul", [x, e.const(np.asarray(float(a.scale)))])
+        return e.op("Sigmoid", [x])
+    if a.kind is Link.SOFTMAX:
+        return e.op("Softmax", [x], axis=1)
+    if a.kind is Link.EXP:
+        return e.op("Exp", [x])
+    if a.kind is Link.LOG_SOFTMAX:
+        return e.op("LogSoftmax", [x], axis=1)
+    if a.kind is Link.ISOLATION_SCORE:  # -(2 ** (-x / denominator))
+        power = e.op("Div", [e.op("Neg", [x]), e.const(np.asarray(float(a.denominator)))])
+        return e.op("Neg", [e.op("Pow", [e.const(np.asarray(2.0)), power])])
+    e.refuse(n, f"link {a.kind.value}")
+    raise AssertionError
+
+
+@lowering(Op.BINARY_PROBA)
+def lower_binary_proba(e: Emitter, n: Any, ins: list[str]) -> str:
+    p = e.columns(ins[0], 0, 1)
+    return e.op("Concat", [e.op("Sub", [e.const(np.asarray(1.0)), p]), p], axis=1)
+
+
+@lowering(Op.ARGMAX)
+def lower_argmax(e: Emitter, n: Any, ins: list[str]) -> str:
+    # ONNX ArgMax keeps the first maximum (select_last_index=0), as np.argmax does
+    return e.op("ArgMax", [ins[0]], axis=1, keepdims=1)
+
+
+@lowering(Op.THRESHOLD)
+def lower_threshold(e: Emitter, n: Any, ins: list[str]) -> str:
+    a = n.attrs
+    cmp = "Greater" if a.strict else "GreaterOrEqual"
+    hit = e.op(cmp, [e.columns(ins[0], 0, 1), e.const(np.asarray(float(a.value)))])
+    return e.op("Cast", [hit], to=TensorProto.INT64)
+
+
+@lowering(Op.LINEAR)
+def lower_linear(e: Emitter, n: Any, ins: list[str]) -> str:
+    a = n.attrs
+    w = np.asarray(a.weight, np.float64)
+    return e.op("Add", [e.op("MatMul", [ins[0], e.const(w)]),
+                        e.const(np.asarray(a.bias, np.float64))])
+
+
+@lowering(Op.SELECT)
+def lower_select(e: Emitter, n: Any, ins: list[str]) -> str:
+    cols = np.asarray(n.attrs.columns, dtype=np.int64).reshape(-1)
+    return e.op("Gather", [ins[0], e.const(cols)], axis=1)
+
+
+@lowering(Op.CONCAT)
+def lower_concat(e: Emitter, n: Any, ins: list[str]) -> str:
+    return e.op("Concat", [e.to_double(i) for i in ins], axis=1)
+
+
+@lowering(Op.CENTER_SCALE)
+def lower_center_scale(e: Emitter, n: Any, ins: list[str]) -> str:
+    a = n.attrs  # two roundings in that order: (x - center) / scale
+    return e.op("Div", [e.op("Sub", [ins[0], e.row(a.center)]), e.row(a.scale)])
+
+
+@lowering(Op.CLIP)
+def lower_clip(e: Emitter, n: Any, ins: list[str]) -> str:
+    # np.clip keeps NaN; comparisons with NaN are false, so Where keeps it too (ONNX Clip's
+    # NaN behaviour is the runtime's std::min/max)
+    x, a = ins[0], n.attrs
+    lo, hi = float(a.low), float(a.high)
+    if hi < np.inf:
+        c = e.const(np.asarray(hi))
+        x = e.op("Where", [e.op("Greater", [x, c]), c, x])
+    if lo > -np.inf:
+        c = e.const(np.asarray(lo))
+        x = e.op("Where", [e.op("Less", [x, c]), c, x])
+    return x
+
+
+@lowering(Op.NORMALIZE)
+def lower_normalize(e: Emitter, n: Any, ins: list[str]) -> str:
+    a, x = n.attrs, ins[0]
+    axes = e.const(np.asarray([1], np.int64))
+    if a.norm == "l1":
+        norm = e.op("ReduceSum", [e.op("Abs", [x]), axes], keepdims=1)
+    elif a.norm == "l2":
+        norm = e.op("Sqrt", [e.op("ReduceSum", [e.op("Mul", [x, x]), axes], keepdims=1)])
+    else:
+        norm = e.op("ReduceMax", [e.op("Abs", [x]), axes], keepdims=1)
+    zero = e.op("Equal", [norm, e.const(np.asarray(0.0))])
+    out = e.op("Div", [x, e.op("Where", [zero, e.const(np.asarray(1.0)), norm])])
+    if a.zero == "uniform":
+        out = e.op("Where", [zero, e.const(np.asarray(1.0 / int(n.width))), out])
+    return out
+
+
+@lowering(Op.BINARIZE)
+def lower_binarize(e: Emitter, n: Any, ins: list[str]) -> str:
+    hit = e.op("Greater", [ins[0], e.const(np.asarray(float(n.attrs.threshold)))])
+    return e.op("Cast", [hit], to=DOUBLE)
+
+
+@lowering(Op.IMPUTE)
+def lower_impute(e: Emitter, n: Any, ins: list[str]) -> str:
+    a, x = n.attrs, ins[0]
+    missing = float(a.missing)
+    hit = (e.op("IsNaN", [x]) if np.isnan(missing)
+           else e.op("Equal", [x, e.const(np.asarray(missing))]))
+    return e.op("Where", [hit, e.row(a.values), x])
+
+
+@lowering(Op.ONE_HOT)
+def lower_one_hot(e: Emitter, n: Any, ins: list[str]) -> str:
+    """Every (column, category) pair compared at once: ``match`` (n, K) 0/1, then two 0/1
+    matrix products place the matches in their slots and the no-match flags in the unknown
+    slots. Categories of a column are distinct, so each output entry is a sum of at most one
+    1.0: exact."""
+    a, x = n.attrs, ins[0]
+    width = int(n.width)
+    cols, cats, slot_of, owner = [], [], [], []
+    for k, (j, c, s) in enumerate(zip(a.columns, a.categories, a.slots)):
+        c = np.asarray(c, np.float64)
+        cols.extend([int(j)] * len(c))
+        cats.extend(c.tolist())
+        slot_of.extend(np.asarray(s, np.int64).tolist())
+        owner.extend([k] * len(c))
+    cats_a = np.asarray(cats, np.float64)[None, :]
+    picked = e.op("Gather", [x, e.const(np.asarray(cols, np.int64))], axis=1)
+    match = e.op("Equal", [picked, e.const(cats_a)])
+    if np.isnan(cats_a).any():  # NaN matches a NaN category
+        nan_cat = e.const(np.isnan(cats_a))
+        match = e.op("Or", [match, e.op("And", [e.op("IsNaN", [picked]), nan_cat])])
+    match = e.op("Cast", [match], to=DOUBLE)
+    place = np.zeros((len(cats), width))
+    for k, s in enumerate(slot_of):
+        if s >= 0:
+            place[k, s] = 1.0
+    out = e.op("MatMul", [match, e.const(place)])
+    unknown = np.asarray(a.unknown_slots, np.int64).reshape(-1)
+    if (unknown >= 0).any():
+        per_col = np.zeros((len(cats), len(a.columns)))
+        per_col[np.arange(len(cats)), owner] = 1.0
+        found = e.op("MatMul", [match, e.const(per_col)])
+        none = e.op("Cast", [e.op("Equal", [found, e.const(np.asarray(0.0))])], to=DOUBLE)
+        spread = np.zeros((len(a.columns), width))
+        for k, s in enumerate(unknown):
+            if s >= 0:
+                spread[k, s] = 1.0
+        out = e.op("Add", [out, e.op("MatMul", [none, e.const(spread)])])
+    return out
+
+
+@lowering(Op.POLYNOMIAL)
+def lower_polynomial(e: Emitter, n: Any, ins: list[str]) -> str:
+    """The rule's repeated products, factor by factor: a column of ones pads outputs with
+    fewer factors (times 1.0 is exact), so each output is multiplied in the rule's order."""
+    powers = np.asarray(n.attrs.powers, dtype=np.int64)
+    n_out, n_in = powers.shape
+    factors = [[j for j in np.flatnonzero(row) for _ in range(int(row[j]))] for row in powers]
+    degree = max((len(f) for f in factors), default=0)
+    ones = e.op("Add", [e.op("Mul", [e.columns(ins[0], 0, 1), e.const(np.asarray(0.0))]),
+                        e.const(np.asarray(1.0))])
+    x1 = e.op("Concat", [ins[0], ones], axis=1)
+    if degree == 0:
+        return e.op("Gather", [x1, e.const(np.full(n_out, n_in, np.int64))], axis=1)
+    out = None
+    for s in range(degree):
+        idx = np.asarray([f[s] if s < len(f) else n_in for f in factors], np.int64)
+        f = e.op("Gather", [x1, e.const(idx)], axis=1)
+        out = f if out is None else e.op("Mul", [out, f])
+    assert out is not None
+    return out
+
+
+_LN2, _LN10 = float(np.log(2.0)), float(np.log(10.0))
+# NumPy ufunc -> how ONNX computes it on a double tensor
+_UFUNCS = {
+    "exp": lambda e, x: e.op("Exp", [x]),
+    "log": lambda e, x: e.op("Log", [x]),
+    "sqrt": lambda e, x: e.op("Sqrt", [x]),
+    "absolute": lambda e, x: e.op("Abs", [x]),
+    "negative": lambda e, x: e.op("Neg", [x]),
+    "square": lambda e, x: e.op("Mul", [x, x]),
+    "reciprocal": lambda e, x: e.op("Reciprocal", [x]),
+    "tanh": lambda e, x: e.op("Tanh", [x]),
+    "sign": lambda e, x: e.op("Sign", [x]),
+    "floor": lambda e, x: e.op("Floor", [x]),
+    "ceil": lambda e, x: e.op("Ceil", [x]),
+    "rint": lambda e, x: e.op("Round", [x]),  # both round half to even
+    "sin": lambda e, x: e.op("Sin", [x]),
+    "cos": lambda e, x: e.op("Cos", [x]),
+    "log1p": lambda e, x: e.op("Log", [e.op("Add", [x, e.const(np.asarray(1.0))])]),
+    "expm1": lambda e, x: e.op("Sub", [e.op("Exp", [x]), e.const(np.asarray(1.0))]),
+    "exp2": lambda e, x: e.op("Pow", [e.const(np.asarray(2.0)), x]),
+    "log2": lambda e, x: e.op("Div", [e.op("Log", [x]), e.const(np.asarray(_LN2))]),
+    "log10": lambda e, x: e.op("Div", [e.op("Log", [x]), e.const(np.asarray(_LN10))]),
+}
+
+
+@lowering(Op.UFUNC)
+def lower_ufunc(e: Emitter, n: Any, ins: list[str]) -> str:
+    make = _UFUNCS.get(n.attrs.name)
+    if make is None:
+        e.refuse(n, f"ufunc {n.attrs.name!r} (exported: {', '.join(sorted(_UFUNCS))})")
+    return make(e, ins[0])  # type: ignore[misc]

@@ -1,0 +1,159 @@
+"""TREE_ENSEMBLE -> ``ai.onnx.ml`` TreeEnsemble (opset 5), in double.
+
+Exactness (docs/export.md):
+- Decisions: every split becomes ``x <= t'`` (BRANCH_LEQ) with ``t' = Forest.thresholds_for``
+  of the precision the library compares in (``ir/semantics/trees.py: compute_dtype``). A
+  library that compares in float32 (scikit-learn trees, XGBoost) gets its input rounded to
+  float32 and back (Cast, exact) and float32 thresholds held in double: the same decision as
+  the library's, for ``<`` and ``<=`` alike. NaN goes to ``nan_left`` through
+  ``nodes_missing_value_tracks_true`` (the true branch is the left child).
+- Sums: ONNX Runtime's TreeEnsemble (opset 5) sums in the thresholds' type, double here, and
+  returns double (the opset-3 TreeEnsembleRegressor returns float32 and sums float thresholds
+  in float32). The libraries that sum in float64 (scikit-learn, LightGBM) differ by
+  reassociation only; XGBoost's float32 sum by the bound of docs/exactness.md (the torch
+  backend's). The base score and an average's divisor are applied after, in double.
+- Opset 5 gives each leaf one target: a forest whose leaves hold a vector (random forest
+  classifiers) is written once per output column.
+Refused: categorical splits and LightGBM zero-as-missing nodes (the torch and native backends
+run them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto, numpy_helper
+
+from peregrine.export.onnx_graph import Emitter, lowering
+from peregrine.ir.forest import Aggregation, Forest
+from peregrine.ir.ops import Op
+
+BRANCH_LEQ = 0
+AGGREGATE_SUM = 1
+
+
+def tree_ensemble_attrs(forest: Forest, thresholds: np.ndarray,
+                        per_tree: bool = False) -> dict[str, Any]:
+    """The TreeEnsemble (ai.onnx.ml opset 5) attributes summing ``forest``'s leaves per output
+    (no base score, no averaging), comparing ``x <= thresholds``; ``per_tree`` (single-value
+    leaves only): one output column per tree instead, holding the leaf value it reached."""
+    internal = forest.feature >= 0
+    leaf = ~internal
+    n_int, n_leaf = int(internal.sum()), int(leaf.sum())
+    branch_id = np.cumsum(internal) - 1  # valid where internal
+    leaf_id = np.cumsum(leaf) - 1  # valid where leaf
+    left, right = forest.left[internal], forest.right[internal]
+    tree_of = forest.tree_of_node()
+    roots = forest.tree_offsets[:-1]
+    leaf_roots = roots[leaf[roots]]  # one-leaf trees get a branch whose children are the leaf
+    n_dummy = len(leaf_roots)
+    per_replica = n_int + n_dummy
+
+    feat = np.concatenate([forest.feature[internal], np.zeros(n_dummy, np.int64)])
+    split = np.concatenate([thresholds[internal].astype(np.float64), np.zeros(n_dummy)])
+    missing = np.concatenate([forest.nan_left[internal], np.zeros(n_dummy, bool)])
+
+    def child(side: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        is_leaf = leaf[side]
+        ids = np.where(is_leaf, leaf_id[side], branch_id[side])
+        dummy = leaf_id[leaf_roots]
+        return (np.concatenate([ids, dummy]),
+                np.concatenate([is_leaf, np.ones(n_dummy, bool)]).astype(np.int64))
+
+    true_ids, true_leafs = child(left)
+    false_ids, false_leafs = child(right)
+    root_ids = np.where(leaf[roots], 0, branch_id[roots])
+    root_ids[leaf[roots]] = n_int + np.arange(n_dummy)
+
+    if per_tree:
+        targets = [tree_of[leaf].astype(np.int64)]
+        weights = [forest.value[leaf, 0]]
+    elif forest.value_width == 1:
+        targets = [forest.tree_group[tree_of[leaf]].astype(np.int64)]
+        weights = [forest.value[leaf, 0]]
+    else:  # one copy of the trees per output column
+        targets = [np.full(n_leaf, k, np.int64) for k in range(forest.n_outputs)]
+        weights = [forest.value[leaf, k] for k in range(forest.n_outputs)]
+    copies = len(targets)
+
+    def tile(a: np.ndarray, step: int, shift: np.ndarray | None = None) -> list[int]:
+        parts = [a + (r * step if shift is None else r * step * shift) for r in range(copies)]
+        return np.concatenate(parts).astype(np.int64).tolist()
+
+    return {
+        "tree_roots": tile(root_ids, per_replica),
+        "nodes_featureids": np.tile(feat, copies).astype(np.int64).tolist(),
+        "nodes_splits": numpy_helper.from_array(np.tile(split, copies)),
+        "nodes_modes": numpy_helper.from_array(np.full(per_replica * copies, BRANCH_LEQ,
+                                                       np.uint8)),
+        "nodes_truenodeids": _ids(true_ids, true_leafs, per_replica, n_leaf, copies),
+        "nodes_trueleafs": np.tile(true_leafs, copies).tolist(),
+        "nodes_falsenodeids": _ids(false_ids, false_leafs, per_replica, n_leaf, copies),
+        "nodes_falseleafs": np.tile(false_leafs, copies).tolist(),
+        "nodes_missing_value_tracks_true": np.tile(missing, copies).astype(np.int64).tolist(),
+        "leaf_targetids": np.concatenate(targets).tolist(),
+        "leaf_weights": numpy_helper.from_array(np.concatenate(weights).astype(np.float64)),
+        "n_targets": forest.n_trees if per_tree else int(forest.n_outputs),
+        "aggregate_function": AGGREGATE_SUM,
+    }
+
+
+def _ids(ids: np.ndarray, is_leaf: np.ndarray, n_branch: int, n_leaf: int,
+         copies: int) -> list[int]:
+    """Child ids of every copy: leaf ids step by the leaves of a copy, branch ids by its
+    branches."""
+    step = np.where(is_leaf == 1, n_leaf, n_branch)
+    return np.concatenate([ids + r * step for r in range(copies)]).astype(np.int64).tolist()
+
+
+@lowering(Op.TREE_ENSEMBLE)
+def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
+    forest: Forest = n.attrs.forest
+    if forest.has_categorical:
+        e.refuse(n, "categorical tree splits (TREE_ENSEMBLE with category bitsets)")
+    if forest.has_missing_zero:
+        e.refuse(n, "LightGBM zero-as-missing splits (TREE_ENSEMBLE with missing_zero)")
+    if e.ml_ops == "never":
+        e.refuse(n, "a tree ensemble without ai.onnx.ml ops (ml_ops='never'; the standard-op "
+                    "GEMM/traversal lowering is not written yet)")
+    x = ins[0]
+    # the input is float64; a library comparing in float32 sees float32(x) (compute_dtype)
+    dt = np.dtype(np.float32) if forest.input_dtype == np.float32 else np.dtype(np.float64)
+    if dt == np.float32:
+        x = e.op("Cast", [e.op("Cast", [x], to=TensorProto.FLOAT)], to=TensorProto.DOUBLE)
+    thresholds = forest.thresholds_for(dt)
+    if (forest.sum_dtype == np.float32 and forest.value_width == 1
+            and forest.aggregation is Aggregation.SUM and forest.n_trees):
+        return _float32_sum(e, forest, x, thresholds)
+    attrs = tree_ensemble_attrs(forest, thresholds)
+    out = e.op("TreeEnsemble", [x], domain="ai.onnx.ml", **attrs)
+    if forest.aggregation is Aggregation.AVERAGE:
+        out = e.op("Div", [out, e.const(forest.output_divisor().reshape(1, -1))])
+    if np.any(forest.base_score != 0):
+        out = e.op("Add", [out, e.const(forest.base_score.reshape(1, -1))])
+    return out
+
+
+def _float32_sum(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> str:
+    """XGBoost's own sum, bit for bit: float32, from the base margin, tree by tree
+    (``Forest.sum_dtype``). TreeEnsemble returns each tree's leaf value in its own column
+    (exact: one value each); per output group, a CumSum over [base, tree 0, tree 1, ...] in
+    float32 adds them left to right (ONNX Runtime's CumSum is a running sum), and its last
+    column is the library's total. Costs a (rows, trees) intermediate."""
+    leaves = e.op("TreeEnsemble", [x], domain="ai.onnx.ml",
+                  **tree_ensemble_attrs(forest, thresholds, per_tree=True))
+    leaves = e.op("Cast", [leaves], to=TensorProto.FLOAT)
+    zero = e.op("Mul", [e.columns(leaves, 0, 1), e.const(np.asarray(0.0, np.float32))])
+    axis = e.const(np.asarray(1, np.int64))
+    parts = []
+    for g in range(forest.n_outputs):
+        trees = np.flatnonzero(forest.tree_group == g).astype(np.int64)
+        base = e.op("Add", [zero, e.const(np.asarray(forest.base_score[g], np.float32))])
+        if not len(trees):
+            parts.append(base)
+            continue
+        cols = e.op("Gather", [leaves, e.const(trees)], axis=1)
+        running = e.op("CumSum", [e.op("Concat", [base, cols], axis=1), axis])
+        parts.append(e.columns(running, len(trees), len(trees) + 1))
+    out = parts[0] if len(parts) == 1 else e.op("Concat", parts, axis=1)
+    return e.op("Cast", [out], to=TensorProto.DOUBLE)
