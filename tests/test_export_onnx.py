@@ -282,3 +282,27 @@ def test_cli_export(tmp_path, capsys):
     assert main(["export", str(model_file), "--format", "shared-library",
                  "-o", str(tmp_path / "m.so")]) == 1
     assert "#13" in capsys.readouterr().err
+
+
+def test_featurizers_and_ensembles(tmp_path):
+    from sklearn.ensemble import VotingClassifier
+    from sklearn.preprocessing import KBinsDiscretizer, OrdinalEncoder
+
+    X, y = _cls(k=3)
+    Xt = _rows(nan=False)
+    pipe = make_pipeline(KBinsDiscretizer(5, encode="ordinal"), LogisticRegression(max_iter=300))
+    _check(pipe.fit(X, y), Xt, tmp_path)
+    vote = VotingClassifier([("lr", LogisticRegression(max_iter=300)),
+                             ("rf", RandomForestClassifier(5, max_depth=4, random_state=0))],
+                            voting="soft", weights=[2, 1]).fit(X, y)
+    _check(vote, Xt, tmp_path)
+    rng = np.random.default_rng(0)
+    C = np.column_stack([rng.integers(0, 5, 400), rng.normal(size=400)]).astype(float)
+    yc = (C[:, 0] % 2 == 0).astype(int)
+    ct = ColumnTransformer([("ord", OrdinalEncoder(handle_unknown="use_encoded_value",
+                                                   unknown_value=-1), [0])],
+                           remainder="passthrough")
+    enc = make_pipeline(ct, DecisionTreeClassifier(max_depth=4, random_state=0)).fit(C, yc)
+    Ct = C[:100].copy()
+    Ct[::7, 0] = 9.0  # unseen -> -1
+    _check(enc, Ct, tmp_path, sample=Ct)

@@ -246,3 +246,96 @@ def lower_ufunc(e: Emitter, n: Any, ins: list[str]) -> str:
     if make is None:
         e.refuse(n, f"ufunc {n.attrs.name!r} (exported: {', '.join(sorted(_UFUNCS))})")
     return make(e, ins[0])  # type: ignore[misc]
+
+
+def _column_matches(e: Emitter, x: str, columns: Any, categories: Any, *, nan_matches: bool
+                    ) -> tuple[str, np.ndarray, np.ndarray]:
+    """Every listed (column, category) pair compared at once: a (n, K) 0/1 double ``match``
+    and, per pair, its input column and its position within the column's categories."""
+    cols, cats, pos = [], [], []
+    for j, c in zip(columns, categories):
+        c = np.asarray(c, np.float64).reshape(-1)
+        cols.extend([int(j)] * len(c))
+        cats.extend(c.tolist())
+        pos.extend(range(len(c)))
+    cats_a = np.asarray(cats, np.float64).reshape(1, -1)
+    picked = e.op("Gather", [x, e.const(np.asarray(cols, np.int64))], axis=1)
+    match = e.op("Equal", [picked, e.const(cats_a)])
+    if nan_matches and np.isnan(cats_a).any():
+        match = e.op("Or", [match, e.op("And", [e.op("IsNaN", [picked]),
+                                                 e.const(np.isnan(cats_a))])])
+    return e.op("Cast", [match], to=DOUBLE), np.asarray(cols, np.int64), np.asarray(pos)
+
+
+def _per_column_map(e: Emitter, n: Any, x: str, columns: Any, categories: Any,
+                    values: list[np.ndarray], missing: np.ndarray, nan_matches: bool) -> str:
+    """Listed columns -> ``values[k][i]`` where the value equals category i of column k (the
+    first match: categories are distinct), ``missing[k]`` where none matches; other columns
+    unchanged. Two 0/1 matrix products pick the value and count the matches (exact)."""
+    width = int(n.width)
+    match, cols, _ = _column_matches(e, x, columns, categories, nan_matches=nan_matches)
+    pick, count = np.zeros((len(cols), width)), np.zeros((len(cols), width))
+    flat = np.concatenate([np.asarray(v, np.float64).reshape(-1) for v in values]) \
+        if values else np.zeros(0)
+    pick[np.arange(len(cols)), cols] = flat
+    count[np.arange(len(cols)), cols] = 1.0
+    value = e.op("MatMul", [match, e.const(pick)])
+    found = e.op("Greater", [e.op("MatMul", [match, e.const(count)]),
+                             e.const(np.asarray(0.0))])
+    listed = np.zeros((1, width), bool)
+    fallback = np.zeros((1, width))
+    for j, m in zip(columns, missing):
+        listed[0, int(j)] = True
+        fallback[0, int(j)] = float(m)
+    mapped = e.op("Where", [found, value, e.const(fallback)])
+    return e.op("Where", [e.const(listed), mapped, x])
+
+
+@lowering(Op.ORDINAL_ENCODE)
+def lower_ordinal_encode(e: Emitter, n: Any, ins: list[str]) -> str:
+    a = n.attrs  # position among the column's categories; NaN when absent or NaN
+    positions = [np.arange(len(np.asarray(c).reshape(-1)), dtype=np.float64)
+                 for c in a.categories]
+    return _per_column_map(e, n, ins[0], a.columns, a.categories, positions,
+                           np.full(len(a.columns), np.nan), nan_matches=False)
+
+
+@lowering(Op.CATEGORY_MAP)
+def lower_category_map(e: Emitter, n: Any, ins: list[str]) -> str:
+    a = n.attrs  # codes[matching category] (NaN matches NaN), else the column's unknown value
+    return _per_column_map(e, n, ins[0], a.columns, a.categories,
+                           [np.asarray(c, np.float64) for c in a.codes],
+                           np.asarray(a.unknown, np.float64).reshape(-1), nan_matches=True)
+
+
+@lowering(Op.WEIGHTED_SUM)
+def lower_weighted_sum(e: Emitter, n: Any, ins: list[str]) -> str:
+    w = [float(v) for v in np.asarray(n.attrs.weights, np.float64).reshape(-1)]
+    acc = e.op("Mul", [e.to_double(ins[0]), e.const(np.asarray(w[0]))])
+    for x, wi in zip(ins[1:], w[1:]):  # (((x0 * w0) + x1 * w1) + ...), the rule's order
+        acc = e.op("Add", [acc, e.op("Mul", [e.to_double(x), e.const(np.asarray(wi))])])
+    return e.op("Div", [acc, e.const(np.asarray(float(n.attrs.divisor)))])
+
+
+@lowering(Op.DIGITIZE)
+def lower_digitize(e: Emitter, n: Any, ins: list[str]) -> str:
+    """searchsorted(edges, x, side="right") = how many edges are <= x, counted by a 0/1 matrix
+    product; NaN -> len(edges), as searchsorted sorts NaN last."""
+    edges = [np.asarray(t, np.float64).reshape(-1) for t in n.attrs.edges]
+    d = len(edges)
+    cols = np.concatenate([np.full(len(t), j, np.int64) for j, t in enumerate(edges)])
+    flat = np.concatenate(edges).reshape(1, -1)
+    picked = e.op("Gather", [ins[0], e.const(cols)], axis=1)
+    le = e.op("Cast", [e.op("GreaterOrEqual", [picked, e.const(flat)])], to=DOUBLE)
+    owner = np.zeros((len(cols), d))
+    owner[np.arange(len(cols)), cols] = 1.0
+    count = e.op("MatMul", [le, e.const(owner)])
+    sizes = np.asarray([len(t) for t in edges], np.float64).reshape(1, -1)
+    return e.op("Where", [e.op("IsNaN", [ins[0]]), e.const(sizes), count])
+
+
+@lowering(Op.RANGE_CHECK)
+def lower_range_check(e: Emitter, n: Any, ins: list[str]) -> str:
+    a, x = n.attrs, ins[0]
+    out = e.op("Or", [e.op("Less", [x, e.row(a.low)]), e.op("Greater", [x, e.row(a.high)])])
+    return e.op("Cast", [out], to=DOUBLE)
