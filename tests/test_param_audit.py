@@ -216,6 +216,10 @@ NON_DEFAULT: dict[str, dict[str, list[V] | str]] = {
                          "error_on_new": [V(False)], "sparse": [V(True, refused=True)]},
     "BernoulliNB": {"binarize": [V(0.5), V(None)]},
     "MLPClassifier": _MLP, "MLPRegressor": {**_MLP, "loss": [V("poisson")]},
+    "GaussianMixture": {"covariance_type": [V("tied"), V("diag"), V("spherical")]},
+    "BayesianGaussianMixture": {
+        "covariance_type": [V("tied"), V("diag"), V("spherical")],
+        "weight_concentration_prior_type": [V("dirichlet_distribution")]},
     "PCA": {"whiten": [V(True)]}, "IncrementalPCA": {"whiten": [V(True)]},
     "LinearDiscriminantAnalysis": {"solver": [V("lsqr"), V("eigen")], "n_components": [V(1)]},
     "QuadraticDiscriminantAnalysis": {"solver": [V("eigen")]},

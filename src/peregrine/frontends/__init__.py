@@ -25,6 +25,7 @@ _MODULES = (
     ("peregrine.frontends.sklearn_linear", "sklearn"),
     ("peregrine.frontends.sklearn_models", "sklearn"),
     ("peregrine.frontends.sklearn_kernel", "sklearn"),
+    ("peregrine.frontends.sklearn_mixture", "sklearn"),
     ("peregrine.frontends.sklearn_transformers", "sklearn"),
     ("peregrine.frontends.sklearn_decomposition", "sklearn"),  # transformers area
     ("peregrine.frontends.sklearn_meta", "sklearn"),

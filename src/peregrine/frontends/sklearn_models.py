@@ -28,7 +28,7 @@ import math
 from typing import Any
 
 import numpy as np
-from sklearn.cluster import KMeans, MiniBatchKMeans
+from sklearn.cluster import KMeans, MeanShift, MiniBatchKMeans
 from sklearn.decomposition import PCA, IncrementalPCA, TruncatedSVD
 from sklearn.discriminant_analysis import (
     LinearDiscriminantAnalysis,
@@ -291,6 +291,20 @@ def head_kmeans(est: Any, ctx: Context, flow: Flow) -> Head:
                  "transform": MethodSpec("transform")})
 
 
+@register_head(MeanShift)
+def head_mean_shift(est: Any, ctx: Context, flow: Flow) -> Head:
+    """MeanShift.predict = pairwise_distances_argmin(X, cluster_centers_): the nearest centre
+    by the expanded squared distance (|c|^2 - 2 x.c, |x|^2 being common), first on ties, as
+    KMeans.predict; labels are intp as pairwise_distances_argmin returns them."""
+    require_fitted(est, "cluster_centers_")
+    _numeric_input(est, ctx, flow)
+    c = np.asarray(est.cluster_centers_, np.float64)
+    score = _linear(ctx, flow.node, 2.0 * c.T, -np.einsum("ij,ij->i", c, c))
+    label = ctx.g.add(Op.ARGMAX, (score,), dtype="int64", width=1)
+    return Head({"predict": label},
+                {"predict": MethodSpec("predict", labels=np.arange(len(c), dtype=np.intp))})
+
+
 # ------------------------------------------------------------- discriminant analysis --
 
 
@@ -381,6 +395,8 @@ register_frontend(IncrementalPCA, TruncatedSVD, library="scikit-learn",
                   methods=("transform",), notes="whiten included")(convert_single)
 register_frontend(KMeans, MiniBatchKMeans, library="scikit-learn",
                   methods=("predict", "transform"), notes="")(convert_single)
+register_frontend(MeanShift, library="scikit-learn", methods=("predict",),
+                  notes="predict: the nearest of cluster_centers_")(convert_single)
 
 __all__ = ["convert_step"]
 
@@ -401,6 +417,7 @@ declare_params(IncrementalPCA, implemented="whiten", ignored="batch_size n_compo
 declare_params(TruncatedSVD, ignored="algorithm n_components n_iter n_oversamples "
                                      "power_iteration_normalizer")
 declare_params(KMeans, ignored="algorithm init n_clusters")
+declare_params(MeanShift, ignored="bandwidth bin_seeding cluster_all min_bin_freq seeds")
 declare_params(MiniBatchKMeans, ignored="batch_size compute_labels init init_size "
                                         "max_no_improvement n_clusters reassignment_ratio")
 declare_params(LinearDiscriminantAnalysis, implemented="solver n_components",
