@@ -32,11 +32,15 @@ BRANCH_LEQ = 0
 AGGREGATE_SUM = 1
 
 
-def tree_ensemble_attrs(forest: Forest, thresholds: np.ndarray,
-                        per_tree: bool = False) -> dict[str, Any]:
+def tree_ensemble_attrs(forest: Forest, thresholds: np.ndarray, per_tree: bool = False,
+                        values: np.ndarray | None = None) -> dict[str, Any]:
     """The TreeEnsemble (ai.onnx.ml opset 5) attributes summing ``forest``'s leaves per output
     (no base score, no averaging), comparing ``x <= thresholds``; ``per_tree`` (single-value
-    leaves only): one output column per tree instead, holding the leaf value it reached."""
+    leaves only): one output column per tree instead, holding the leaf value it reached.
+    Splits and leaf weights take ``thresholds``' dtype (the input's: ONNX requires it);
+    ``values`` replaces ``forest.value``."""
+    value = forest.value if values is None else values
+    wdt = thresholds.dtype
     internal = forest.feature >= 0
     leaf = ~internal
     n_int, n_leaf = int(internal.sum()), int(leaf.sum())
@@ -50,7 +54,7 @@ def tree_ensemble_attrs(forest: Forest, thresholds: np.ndarray,
     per_replica = n_int + n_dummy
 
     feat = np.concatenate([forest.feature[internal], np.zeros(n_dummy, np.int64)])
-    split = np.concatenate([thresholds[internal].astype(np.float64), np.zeros(n_dummy)])
+    split = np.concatenate([thresholds[internal], np.zeros(n_dummy, wdt)])
     missing = np.concatenate([forest.nan_left[internal], np.zeros(n_dummy, bool)])
 
     def child(side: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -67,13 +71,13 @@ def tree_ensemble_attrs(forest: Forest, thresholds: np.ndarray,
 
     if per_tree:
         targets = [tree_of[leaf].astype(np.int64)]
-        weights = [forest.value[leaf, 0]]
+        weights = [value[leaf, 0]]
     elif forest.value_width == 1:
         targets = [forest.tree_group[tree_of[leaf]].astype(np.int64)]
-        weights = [forest.value[leaf, 0]]
+        weights = [value[leaf, 0]]
     else:  # one copy of the trees per output column
         targets = [np.full(n_leaf, k, np.int64) for k in range(forest.n_outputs)]
-        weights = [forest.value[leaf, k] for k in range(forest.n_outputs)]
+        weights = [value[leaf, k] for k in range(forest.n_outputs)]
     copies = len(targets)
 
     def tile(a: np.ndarray, step: int, shift: np.ndarray | None = None) -> list[int]:
@@ -92,7 +96,7 @@ def tree_ensemble_attrs(forest: Forest, thresholds: np.ndarray,
         "nodes_falseleafs": np.tile(false_leafs, copies).tolist(),
         "nodes_missing_value_tracks_true": np.tile(missing, copies).astype(np.int64).tolist(),
         "leaf_targetids": np.concatenate(targets).tolist(),
-        "leaf_weights": numpy_helper.from_array(np.concatenate(weights).astype(np.float64)),
+        "leaf_weights": numpy_helper.from_array(np.concatenate(weights).astype(wdt)),
         "n_targets": forest.n_trees if per_tree else int(forest.n_outputs),
         "aggregate_function": AGGREGATE_SUM,
     }
@@ -119,13 +123,15 @@ def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
     x = ins[0]
     # the input is float64; a library comparing in float32 sees float32(x) (compute_dtype)
     dt = np.dtype(np.float32) if forest.input_dtype == np.float32 else np.dtype(np.float64)
-    if dt == np.float32:
-        x = e.op("Cast", [e.op("Cast", [x], to=TensorProto.FLOAT)], to=TensorProto.DOUBLE)
     thresholds = forest.thresholds_for(dt)
-    if (forest.sum_dtype == np.float32 and forest.value_width == 1
-            and forest.aggregation is Aggregation.SUM and forest.n_trees):
-        return _float32_sum(e, forest, x, thresholds)
-    attrs = tree_ensemble_attrs(forest, thresholds)
+    if dt == np.float32:
+        x = e.op("Cast", [x], to=TensorProto.FLOAT)
+        e.dtypes[x] = TensorProto.FLOAT
+        if (forest.sum_dtype == np.float32 and forest.value_width == 1
+                and forest.aggregation is Aggregation.SUM and forest.n_trees):
+            return _float32_sum(e, forest, x, thresholds)
+        x = e.op("Cast", [x], to=TensorProto.DOUBLE)  # exact: float32 values, double sums
+    attrs = tree_ensemble_attrs(forest, thresholds.astype(np.float64))
     out = e.op("TreeEnsemble", [x], domain="ai.onnx.ml", **attrs)
     if forest.aggregation is Aggregation.AVERAGE:
         out = e.op("Div", [out, e.const(forest.output_divisor().reshape(1, -1))])
@@ -136,24 +142,37 @@ def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
 
 def _float32_sum(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> str:
     """XGBoost's own sum, bit for bit: float32, from the base margin, tree by tree
-    (``Forest.sum_dtype``). TreeEnsemble returns each tree's leaf value in its own column
-    (exact: one value each); per output group, a CumSum over [base, tree 0, tree 1, ...] in
-    float32 adds them left to right (ONNX Runtime's CumSum is a running sum), and its last
-    column is the library's total. Costs a (rows, trees) intermediate."""
-    leaves = e.op("TreeEnsemble", [x], domain="ai.onnx.ml",
-                  **tree_ensemble_attrs(forest, thresholds, per_tree=True))
-    leaves = e.op("Cast", [leaves], to=TensorProto.FLOAT)
-    zero = e.op("Mul", [e.columns(leaves, 0, 1), e.const(np.asarray(0.0, np.float32))])
+    (``Forest.sum_dtype``). A float32 TreeEnsemble (the input rounded to float32 as XGBoost
+    does; float32 thresholds and leaves, exact) returns each tree's leaf value in its own
+    column; per output group a float32 CumSum over the group's trees adds them left to right
+    (ONNX Runtime's CumSum is a running sum) and its last column is the library's total. The
+    base margin is folded into each group's first tree: ``float32(base + leaf)`` is exactly
+    the running sum's first step. Costs a (rows, trees) float32 intermediate."""
+    value = forest.value.astype(np.float32).copy()
+    tree_of = forest.tree_of_node()
+    leaf = forest.feature < 0
+    for g in range(forest.n_outputs):
+        trees = np.flatnonzero(forest.tree_group == g)
+        if len(trees):
+            first = leaf & (tree_of == trees[0])
+            value[first, 0] = np.float32(forest.base_score[g]) + value[first, 0]
+    x32 = x if e.dtypes.get(x) == TensorProto.FLOAT else e.op("Cast", [x], to=TensorProto.FLOAT)
+    leaves = e.op("TreeEnsemble", [x32], domain="ai.onnx.ml",
+                  **tree_ensemble_attrs(forest, thresholds.astype(np.float32), per_tree=True,
+                                        values=value))
     axis = e.const(np.asarray(1, np.int64))
     parts = []
     for g in range(forest.n_outputs):
         trees = np.flatnonzero(forest.tree_group == g).astype(np.int64)
-        base = e.op("Add", [zero, e.const(np.asarray(forest.base_score[g], np.float32))])
-        if not len(trees):
-            parts.append(base)
+        if not len(trees):  # no trees: the base margin alone
+            zero = e.op("Mul", [e.columns(leaves, 0, 1), e.const(np.asarray(0, np.float32))])
+            parts.append(e.op("Add", [zero, e.const(np.asarray(forest.base_score[g],
+                                                                np.float32))]))
             continue
-        cols = e.op("Gather", [leaves, e.const(trees)], axis=1)
-        running = e.op("CumSum", [e.op("Concat", [base, cols], axis=1), axis])
-        parts.append(e.columns(running, len(trees), len(trees) + 1))
+        cols = leaves
+        if forest.n_outputs > 1:
+            cols = e.op("Gather", [leaves, e.const(trees)], axis=1)
+        running = e.op("CumSum", [cols, axis])
+        parts.append(e.columns(running, len(trees) - 1, len(trees)))
     out = parts[0] if len(parts) == 1 else e.op("Concat", parts, axis=1)
     return e.op("Cast", [out], to=TensorProto.DOUBLE)
