@@ -181,10 +181,18 @@ def test_refused_estimators_say_why(make, why):
 
 def test_unsupported_parameters_are_named():
     X = np.random.default_rng(0).normal(size=(60, 2))
+    # sparse output is compiled as the last step (tests/test_sparse_outputs.py); in the middle
+    # of a pipeline the next step would read the sparse matrix its own way
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import MaxAbsScaler
+
+    y = X[:, 0]
     with pytest.raises(UnsupportedModelError, match="encode='onehot'"):
-        peregrine.compile(KBinsDiscretizer(3, encode="onehot").fit(X), "reference")
+        peregrine.compile(make_pipeline(KBinsDiscretizer(3, encode="onehot"),
+                                        MaxAbsScaler()).fit(X, y), "reference")
     with pytest.raises(UnsupportedModelError, match="sparse_output"):
-        peregrine.compile(SplineTransformer(sparse_output=True).fit(X), "reference")
+        peregrine.compile(make_pipeline(SplineTransformer(sparse_output=True),
+                                        MaxAbsScaler()).fit(X, y), "reference")
 
 
 # ------------------------------------------------------------------ INTERP vs np.interp --

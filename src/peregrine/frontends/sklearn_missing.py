@@ -57,8 +57,9 @@ def step_missing_indicator(est: Any, ctx: Context, flow: Flow) -> Flow:
     """impute/_base.py MissingIndicator.transform: _get_mask(X)[:, features_]; with
     features='missing-only' and error_on_new, a missing value in another column raises."""
     require_fitted(est, "features_")
-    if est.sparse is True:
-        raise unsupported(est, "sparse=True", "sparse='auto' or False on dense input")
+    if est.sparse is True and ctx.sparse_last is not est:
+        raise unsupported(est, "sparse=True in the middle of a pipeline",
+                          "sparse='auto' or False on dense input; sparse=True as the last step")
     missing, strings = _missing_value(est, ctx, flow)
     if not np.isnan(missing) and not strings:
         ctx.reject_nan(flow)  # check_array: NaN is only allowed when it is the missing value
@@ -75,8 +76,11 @@ def step_missing_indicator(est: Any, ctx: Context, flow: Flow) -> Flow:
 
 @register_head(MissingIndicator)
 def head_missing_indicator(est: Any, ctx: Context, flow: Flow) -> Head:
+    sparse = "csc_matrix" if est.sparse is True else ""  # transform: sp.csc_matrix(mask)
+    ctx.sparse_last = est if sparse else None
     out = step_missing_indicator(est, ctx, flow)  # transform returns a boolean mask
-    return Head({"transform": out.node}, {"transform": MethodSpec("transform", dtype="bool")},
+    return Head({"transform": out.node},
+                {"transform": MethodSpec("transform", dtype="bool", sparse=sparse)},
                 allow_nan=True)
 
 

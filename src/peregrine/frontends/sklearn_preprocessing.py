@@ -319,8 +319,8 @@ _TRANSFORMERS = (StandardScaler, RobustScaler, MaxAbsScaler, MinMaxScaler, Norma
                  SelectKBest, SelectPercentile, SelectFromModel, GenericUnivariateSelect,
                  SimpleImputer, OneHotEncoder, OrdinalEncoder)
 register_frontend(*_TRANSFORMERS, library="scikit-learn", methods=("transform",),
-                  notes="alone or as a Pipeline/ColumnTransformer/FeatureUnion step; dense "
-                  "output; strings through pandas columns")(convert_single)
+                  notes="alone or as a Pipeline/ColumnTransformer/FeatureUnion step; sparse "
+                  "output (scipy.sparse) as the last step; strings through pandas columns")(convert_single)
 
 # tests/test_param_audit.py
 declare_params(StandardScaler, implemented="with_mean with_std")

@@ -118,8 +118,9 @@ def step_kbins(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "bin_edges_", "n_bins_")
     check_no_strings(est, ctx, flow)
     ctx.reject_nan(flow)
-    if est.encode == "onehot":
-        raise unsupported(est, "encode='onehot' (sparse output)", "'ordinal', 'onehot-dense'")
+    if est.encode == "onehot" and ctx.sparse_last is not est:
+        raise unsupported(est, "encode='onehot' (sparse output) in the middle of a pipeline",
+                          "'ordinal', 'onehot-dense'; 'onehot' as the last step")
     if est.dtype not in (None, np.float64, "float64"):
         raise unsupported(est, f"dtype={est.dtype!r}", "None, np.float64")
     edges = tuple(np.asarray(e, dtype=np.float64)[1:-1] for e in est.bin_edges_)
@@ -142,8 +143,9 @@ def step_spline(est: Any, ctx: Context, flow: Flow) -> Flow:
     last spline of each block dropped when include_bias=False."""
     require_fitted(est, "bsplines_")
     check_no_strings(est, ctx, flow)
-    if est.sparse_output:
-        raise unsupported(est, "sparse_output=True")
+    if est.sparse_output and ctx.sparse_last is not est:
+        raise unsupported(est, "sparse_output=True in the middle of a pipeline",
+                          "sparse_output=True as the last step")
     k, mode = int(est.degree), str(est.extrapolation)
     if k == 0 and mode == "constant":  # sklearn itself fails (f_max[-0:]) above the range
         raise unsupported(est, "degree=0 with extrapolation='constant'")

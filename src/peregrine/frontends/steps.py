@@ -59,6 +59,10 @@ class Context:
     unknown_error: set[int] = field(default_factory=set)
     # (node, per-column (what, input column or -1)): non-zero = a row sklearn rejects
     checks: list[tuple[str, tuple[tuple[str, int], ...]]] = field(default_factory=list)
+    # the transformer ending the pipeline with sparse output, which the runtime converts
+    # (MethodSpec.sparse): its step computes the dense equivalent; elsewhere a step whose
+    # sparse output the next step would read differently refuses it
+    sparse_last: Any = None
 
     def add_check(self, node: str, what: list[tuple[str, int]]) -> None:
         self.checks.append((node, tuple(what)))
@@ -123,6 +127,15 @@ def register_head(*classes: type):
     return HEADS.register(*classes, library="scikit-learn", methods=(), notes="")
 
 
+def sparse_format(est: Any) -> str:
+    """The scipy.sparse class ``est.transform`` returns on dense input, "" when dense (the
+    transformers with a sparse option; OneHotEncoder and KBinsDiscretizer build csr_matrix,
+    SplineTransformer too on scipy >= 1.8 with scikit-learn 1.x)."""
+    if getattr(est, "sparse_output", False) is True or getattr(est, "encode", "") == "onehot":
+        return "csr_matrix"
+    return ""
+
+
 def convert_step(est: Any, ctx: Context, flow: Flow) -> Flow:
     if est is None or (isinstance(est, str) and est == "passthrough"):
         return flow
@@ -145,15 +158,17 @@ def convert_head(est: Any, ctx: Context, flow: Flow) -> Head:
     if entry is not None:
         return entry.fn(est, ctx, flow)
     if STEPS.lookup(type(est)) is not None:  # a transformer ends the pipeline
-        if getattr(est, "sparse_output", False) is True or getattr(est, "sparse", False) is True:
-            raise UnsupportedModelError(f"{qualified_name(est)}: sparse output is not supported "
-                                        "(set sparse_output=False)")
+        sparse = sparse_format(est)
+        ctx.sparse_last = est if sparse else None
         out = convert_step(est, ctx, flow)
         if any(s is not None and s in ctx.vocabs for s in out.src):
             raise UnsupportedModelError(f"{qualified_name(est)}: transform would return "
                                         "strings; end the pipeline with an encoder")
         dtype = "input" if out.keeps_dtype else "float64"
-        return Head({"transform": out.node}, {"transform": MethodSpec("transform", dtype=dtype)},
+        if not out.keeps_dtype and getattr(est, "dtype", None) is not None:
+            dtype = np.dtype(est.dtype).name  # OneHotEncoder/OrdinalEncoder(dtype=...)
+        return Head({"transform": out.node},
+                    {"transform": MethodSpec("transform", dtype=dtype, sparse=sparse)},
                     allow_nan=True)
     return splice_frontend(est, ctx, flow)
 

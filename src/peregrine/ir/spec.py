@@ -25,6 +25,10 @@ class MethodSpec:
     squeeze: bool = False  # return 1-D (the source returns shape (n,))
     labels: np.ndarray | None = None  # integer class index -> label (classifiers' predict)
     dtype: str = "float64"  # dtype the source returns; "input": the input's float dtype
+    # "" dense, else the scipy.sparse class the source returns ("csr_matrix", "csc_matrix"):
+    # the runtime converts the dense result (a transformer ending the pipeline with sparse
+    # output: OneHotEncoder(sparse_output=True), KBinsDiscretizer(encode="onehot"), ...)
+    sparse: str = ""
 
 
 @dataclass(frozen=True)

@@ -127,6 +127,8 @@ def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
             labels = {"array": w.array(m.labels), "object": m.labels.dtype == object}
         methods[name] = {"output": m.output, "squeeze": m.squeeze, "dtype": m.dtype,
                          "labels": labels}
+        if m.sparse:  # written only when set: artifacts of dense methods read as before
+            methods[name]["sparse"] = m.sparse
     body = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -228,7 +230,11 @@ def _spec_from_json(d: dict[str, Any], r: _Reader) -> ModelSpec:
             labels = r.array(m["labels"]["array"])
             if m["labels"]["object"]:
                 labels = labels.astype(object)
-        methods[name] = MethodSpec(m["output"], bool(m["squeeze"]), labels, m["dtype"])
+        sparse = m.get("sparse", "")
+        if sparse not in ("", "csr_matrix", "csc_matrix"):
+            raise ArtifactError(f"method {name}: unknown sparse format {sparse!r}")
+        methods[name] = MethodSpec(m["output"], bool(m["squeeze"]), labels, m["dtype"],
+                                   sparse)
     return ModelSpec(
         graph=graph,
         methods=methods,

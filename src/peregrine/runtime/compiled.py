@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,13 @@ class _Method:
 
 
 _FLOAT_NUMS = frozenset({np.dtype(np.float32).num, np.dtype(np.float64).num})
+
+
+def _to_sparse(out: np.ndarray, kind: str) -> Any:
+    """The dense result as the scipy.sparse class the source returns (MethodSpec.sparse)."""
+    from scipy import sparse
+
+    return getattr(sparse, kind)(out)
 
 
 class CompiledModel:
@@ -211,6 +219,9 @@ class CompiledModel:
     @staticmethod
     def _finish(method: Any, run: Any) -> Any:
         """``run`` followed by what ``_call`` does to its output (labels, squeeze, dtype)."""
+        if method.sparse:
+            dense = CompiledModel._finish(replace(method, sparse=""), run)
+            return lambda X: _to_sparse(dense(X), method.sparse)
         labels = method.labels
         if labels is not None:
             return lambda X: labels[run(X).reshape(-1)]
@@ -248,7 +259,8 @@ class CompiledModel:
             out = out.reshape(-1)
         # dtype "input": the source keeps a float32 input float32 (sklearn's scalers)
         dtype = str(arr.dtype).replace("torch.", "") if method.dtype == "input" else method.dtype
-        return out.astype(dtype, copy=False)
+        out = out.astype(dtype, copy=False)
+        return _to_sparse(out, method.sparse) if method.sparse else out
 
     def _raise_flagged(self, flags: np.ndarray, arr: Any) -> None:
         bad = flags != 0
