@@ -306,3 +306,19 @@ def test_featurizers_and_ensembles(tmp_path):
     Ct = C[:100].copy()
     Ct[::7, 0] = 9.0  # unseen -> -1
     _check(enc, Ct, tmp_path, sample=Ct)
+
+
+def test_lightgbm_zero_as_missing(tmp_path):
+    lgb = pytest.importorskip("lightgbm")
+    X, y = _reg()
+    X[::4, 0] = 0.0
+    X[::5, 1] = np.nan
+    m = lgb.LGBMRegressor(n_estimators=30, num_leaves=15, zero_as_missing=True,
+                          verbose=-1).fit(X, y)
+    Xt = _rows()
+    Xt[::3, 0] = 0.0
+    Xt[::7, 1] = -0.0
+    Xt[::11, 2] = 1e-36
+    compiled = peregrine.compile(m, backend="reference")
+    assert compiled.spec.graph.forests()[0].has_missing_zero
+    _check(m, Xt, tmp_path, sample=Xt)

@@ -102,6 +102,7 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     for node in graph.toposort():
         if node.op is Op.INPUT:
             names[node.name] = INPUT_NAME
+            e.widths[INPUT_NAME] = spec.n_features
     for node in graph.steps(graph.outputs[w] for w in wanted):
         lower = LOWERINGS.get(node.op)
         if lower is None:
@@ -109,6 +110,7 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
         out = lower(e, node, [names[i] for i in node.inputs])  # type: ignore[misc]
         names[node.name] = out
         e.dtypes[out] = TensorProto.INT64 if node.dtype == "int64" else TensorProto.DOUBLE
+        e.widths[out] = node.width
 
     outputs, taken = [], {}
     for m in chosen:

@@ -38,6 +38,7 @@ class Emitter:
         self.source = source
         self.ml_ops = ml_ops
         self.dtypes: dict[str, int] = {}  # tensor name -> ONNX elem type, where known
+        self.widths: dict[str, int | None] = {}  # tensor name -> columns, for IR node outputs
         self._count = 0
 
     def fresh(self, hint: str) -> str:

@@ -14,8 +14,10 @@ Exactness (docs/export.md):
   backend's). The base score and an average's divisor are applied after, in double.
 - Opset 5 gives each leaf one target: a forest whose leaves hold a vector (random forest
   classifiers) is written once per output column.
-Refused: categorical splits and LightGBM zero-as-missing nodes (the torch and native backends
-run them)."""
+LightGBM zero-as-missing nodes (|x| <= kZeroThreshold goes where NaN goes) become NaN before
+the TreeEnsemble, per feature, when every split on that feature is such a node (LightGBM's
+``zero_as_missing=True`` models); a feature mixing both kinds is refused, as are categorical
+splits (the torch and native backends run them)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import numpy as np
 from onnx import TensorProto, numpy_helper
 
 from peregrine.export.onnx_graph import Emitter, lowering
-from peregrine.ir.forest import Aggregation, Forest
+from peregrine.ir.forest import LIGHTGBM_ZERO_THRESHOLD, Aggregation, Forest
 from peregrine.ir.ops import Op
 
 BRANCH_LEQ = 0
@@ -115,12 +117,12 @@ def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
     forest: Forest = n.attrs.forest
     if forest.has_categorical:
         e.refuse(n, "categorical tree splits (TREE_ENSEMBLE with category bitsets)")
-    if forest.has_missing_zero:
-        e.refuse(n, "LightGBM zero-as-missing splits (TREE_ENSEMBLE with missing_zero)")
     if e.ml_ops == "never":
         e.refuse(n, "a tree ensemble without ai.onnx.ml ops (ml_ops='never'; the standard-op "
                     "GEMM/traversal lowering is not written yet)")
     x = ins[0]
+    if forest.has_missing_zero:
+        x = _zero_as_missing(e, n, forest, x)
     # the input is float64; a library comparing in float32 sees float32(x) (compute_dtype)
     dt = np.dtype(np.float32) if forest.input_dtype == np.float32 else np.dtype(np.float64)
     thresholds = forest.thresholds_for(dt)
@@ -194,3 +196,27 @@ def _float32_sum(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> 
         parts.append(e.columns(running, len(trees) - 1, len(trees)))
     out = parts[0] if len(parts) == 1 else e.op("Concat", parts, axis=1)
     return e.op("Cast", [out], to=TensorProto.DOUBLE)
+
+
+def _zero_as_missing(e: Emitter, n: Any, forest: Forest, x: str) -> str:
+    """x with |x| <= LightGBM's kZeroThreshold replaced by NaN in the columns whose every
+    split is a zero-as-missing node: there NaN and zero both take the default direction
+    (``ir/semantics/trees.py: decide_left``), so the TreeEnsemble's NaN rule decides them."""
+    internal = forest.feature >= 0
+    width = int(forest.n_features)
+    zero_cols = np.zeros((1, width), bool)
+    for j in np.unique(forest.feature[internal]):
+        kinds = forest.missing_zero[internal & (forest.feature == j)]
+        if kinds.any() and not kinds.all():
+            e.refuse(n, f"feature {int(j)} split both with and without LightGBM's "
+                        "zero-as-missing rule (TREE_ENSEMBLE with mixed missing_zero)")
+        zero_cols[0, int(j)] = bool(kinds.all())
+    near_zero = e.op("LessOrEqual", [e.op("Abs", [x]),
+                                     e.const(np.asarray(LIGHTGBM_ZERO_THRESHOLD))])
+    if e.dtypes.get(x, TensorProto.DOUBLE) != TensorProto.DOUBLE:
+        e.refuse(n, "zero-as-missing splits on a non-float64 input")
+    # the forest reads columns [0, n_features) of its input, which may be wider
+    cols = np.zeros((1, e.widths.get(x) or width), bool)
+    cols[:, :width] = zero_cols
+    mask = e.op("And", [near_zero, e.const(cols)])
+    return e.op("Where", [mask, e.const(np.asarray(np.nan)), x])
