@@ -322,3 +322,28 @@ def test_lightgbm_zero_as_missing(tmp_path):
     compiled = peregrine.compile(m, backend="reference")
     assert compiled.spec.graph.forests()[0].has_missing_zero
     _check(m, Xt, tmp_path, sample=Xt)
+
+
+def test_categorical_splits(tmp_path):
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    lgb = pytest.importorskip("lightgbm")
+    rng = np.random.default_rng(0)
+    n = 800
+    X = np.column_stack([rng.integers(0, 12, n), rng.normal(size=n),
+                         rng.integers(0, 40, n)]).astype(float)
+    y = ((X[:, 0] % 3 == 0) ^ (X[:, 2] > 25) ^ (X[:, 1] > 0.5)).astype(int)
+    Xt = np.column_stack([rng.integers(-2, 45, 300) + rng.choice([0, 0.5, 0.999], 300),
+                          rng.normal(size=300), rng.integers(-3, 70, 300)]).astype(float)
+    Xt[::9, 0] = np.nan
+    Xt[::13, 2] = np.inf
+    Xt[::17, 0] = -0.5
+    lg = lgb.LGBMClassifier(n_estimators=20, num_leaves=15, min_data_per_group=5,
+                            verbose=-1).fit(X, y, categorical_feature=[0, 2])
+    _check(lg, Xt, tmp_path, sample=Xt)
+    hgb = HistGradientBoostingClassifier(max_iter=20, categorical_features=[0, 2],
+                                         random_state=0).fit(X, y)
+    Xh = Xt.copy()
+    Xh[~np.isfinite(Xh)] = np.nan
+    Xh[:, [0, 2]] = np.where(Xh[:, [0, 2]] < 0, np.nan, np.floor(Xh[:, [0, 2]]))
+    _check(hgb, Xh, tmp_path, sample=Xh)

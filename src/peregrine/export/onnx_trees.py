@@ -31,6 +31,8 @@ from peregrine.ir.forest import LIGHTGBM_ZERO_THRESHOLD, Aggregation, Forest
 from peregrine.ir.ops import Op
 
 BRANCH_LEQ = 0
+BRANCH_MEMBER = 6
+INVALID_CODE = -1.0  # what _categorical_codes makes of an invalid category
 AGGREGATE_SUM = 1
 
 
@@ -86,12 +88,23 @@ def tree_ensemble_attrs(forest: Forest, thresholds: np.ndarray, per_tree: bool =
         parts = [a + (r * step if shift is None else r * step * shift) for r in range(copies)]
         return np.concatenate(parts).astype(np.int64).tolist()
 
+    modes = np.zeros(per_replica, np.uint8)
+    extra: dict[str, Any] = {}
+    if forest.has_categorical:  # BRANCH_MEMBER on the prepared codes (_categorical_codes)
+        cat = forest.cat_index[internal]
+        modes[:n_int][cat >= 0] = BRANCH_MEMBER
+        sets: list[float] = []
+        for c in cat[cat >= 0]:
+            sets.extend(_members(forest, int(c)))
+            sets.append(np.nan)
+        extra["membership_values"] = numpy_helper.from_array(
+            np.tile(np.asarray(sets, wdt), copies))
     return {
+        **extra,
         "tree_roots": tile(root_ids, per_replica),
         "nodes_featureids": np.tile(feat, copies).astype(np.int64).tolist(),
         "nodes_splits": numpy_helper.from_array(np.tile(split, copies)),
-        "nodes_modes": numpy_helper.from_array(np.full(per_replica * copies, BRANCH_LEQ,
-                                                       np.uint8)),
+        "nodes_modes": numpy_helper.from_array(np.tile(modes, copies)),
         "nodes_truenodeids": _ids(true_ids, true_leafs, per_replica, n_leaf, copies),
         "nodes_trueleafs": np.tile(true_leafs, copies).tolist(),
         "nodes_falsenodeids": _ids(false_ids, false_leafs, per_replica, n_leaf, copies),
@@ -115,8 +128,6 @@ def _ids(ids: np.ndarray, is_leaf: np.ndarray, n_branch: int, n_leaf: int,
 @lowering(Op.TREE_ENSEMBLE)
 def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
     forest: Forest = n.attrs.forest
-    if forest.has_categorical:
-        e.refuse(n, "categorical tree splits (TREE_ENSEMBLE with category bitsets)")
     if e.ml_ops == "never":
         e.refuse(n, "a tree ensemble without ai.onnx.ml ops (ml_ops='never'; the standard-op "
                     "GEMM/traversal lowering is not written yet)")
@@ -127,12 +138,17 @@ def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
     dt = np.dtype(np.float32) if forest.input_dtype == np.float32 else np.dtype(np.float64)
     thresholds = forest.thresholds_for(dt)
     if dt == np.float32:
-        x = e.op("Cast", [x], to=TensorProto.FLOAT)
-        e.dtypes[x] = TensorProto.FLOAT
+        x, width_in = e.op("Cast", [x], to=TensorProto.FLOAT), e.widths.get(x)
+        e.dtypes[x], e.widths[x] = TensorProto.FLOAT, width_in
+        if forest.has_categorical:
+            x = _categorical_codes(e, n, forest, x, np.float32)
+            e.dtypes[x] = TensorProto.FLOAT
         if (forest.sum_dtype == np.float32 and forest.value_width == 1
                 and forest.aggregation is Aggregation.SUM and forest.n_trees):
             return _float32_sum(e, forest, x, thresholds)
         x = e.op("Cast", [x], to=TensorProto.DOUBLE)  # exact: float32 values, double sums
+    elif forest.has_categorical:
+        x = _categorical_codes(e, n, forest, x, np.float64)
     values, base_left = forest.value, forest.base_score
     if forest.sum_starts_at_base and forest.n_trees and np.any(base_left != 0):
         # the library's sum starts at the base score (sklearn's init, HistGradientBoosting's
@@ -220,3 +236,41 @@ def _zero_as_missing(e: Emitter, n: Any, forest: Forest, x: str) -> str:
     cols[:, :width] = zero_cols
     mask = e.op("And", [near_zero, e.const(cols)])
     return e.op("Where", [mask, e.const(np.asarray(np.nan)), x])
+
+
+def _members(forest: Forest, c: int) -> list[float]:
+    """The codes categorical split ``c`` sends left (its bitset), plus INVALID_CODE when
+    invalid categories go left."""
+    words = forest.cat_bitsets[c]
+    bits = [32 * w + b for w in range(len(words)) for b in range(32)
+            if (int(words[w]) >> b) & 1]
+    return [float(b) for b in bits] + ([INVALID_CODE] if forest.cat_unknown_left[c] else [])
+
+
+def _categorical_codes(e: Emitter, n: Any, forest: Forest, x: str, dtype: type) -> str:
+    """The Forest's category rule (``ir/semantics/trees.py: decide_left``) as a column
+    rewrite before BRANCH_MEMBER, which tests exact membership: in every column whose splits
+    are all categorical, x becomes trunc(x), or INVALID_CODE where the category is invalid
+    (negative before or after truncation, as the library does, or >= 32 * words; +-inf too);
+    NaN stays NaN (the node's missing direction). Columns mixing categorical and numeric
+    splits are refused."""
+    internal = forest.feature >= 0
+    width = e.widths.get(x) or forest.n_features
+    cols = np.zeros((1, width), bool)
+    for j in np.unique(forest.feature[internal]):
+        kinds = forest.cat_index[internal & (forest.feature == j)] >= 0
+        if kinds.any() and not kinds.all():
+            e.refuse(n, f"feature {int(j)} split both as a category and as a number")
+        cols[0, int(j)] = bool(kinds.all())
+
+    def k(v: float) -> str:
+        return e.const(np.asarray(v, dtype))
+
+    neg = e.op("Less", [x, k(0.0)])
+    trunc = e.op("Where", [neg, e.op("Ceil", [x]), e.op("Floor", [x])])
+    below = neg if forest.cat_negative_before_trunc else e.op("Less", [trunc, k(0.0)])
+    inside = e.op("Less", [trunc, k(float(forest.n_cat_bits))])  # False for NaN and +inf
+    invalid = e.op("Or", [below, e.op("Not", [inside])])
+    code = e.op("Where", [invalid, k(INVALID_CODE), trunc])
+    code = e.op("Where", [e.op("IsNaN", [x]), k(np.nan), code])
+    return e.op("Where", [e.const(cols), code, x])
