@@ -84,9 +84,8 @@ def tree_ensemble_attrs(forest: Forest, thresholds: np.ndarray, per_tree: bool =
         weights = [value[leaf, k] for k in range(forest.n_outputs)]
     copies = len(targets)
 
-    def tile(a: np.ndarray, step: int, shift: np.ndarray | None = None) -> list[int]:
-        parts = [a + (r * step if shift is None else r * step * shift) for r in range(copies)]
-        return np.concatenate(parts).astype(np.int64).tolist()
+    def tile(a: np.ndarray, step: int) -> list[int]:
+        return np.concatenate([a + r * step for r in range(copies)]).astype(np.int64).tolist()
 
     modes = np.zeros(per_replica, np.uint8)
     extra: dict[str, Any] = {}
