@@ -16,8 +16,8 @@ import time
 import catboost as cb
 import numpy as np
 import onnxruntime as ort
-from sklearn.ensemble import RandomForestRegressor
 from skl2onnx import to_onnx
+from sklearn.ensemble import RandomForestRegressor
 
 import peregrine
 

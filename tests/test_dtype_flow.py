@@ -67,7 +67,7 @@ HEADS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fitted(feat: str, head: str, fit_dtype: str):
     X, y = _data()
     with warnings.catch_warnings():

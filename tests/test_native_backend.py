@@ -15,7 +15,6 @@ pytest.importorskip("llvmlite")
 
 import peregrine  # noqa: E402
 from peregrine.backends.native import NativeBackend, Schedule, compile_spec  # noqa: E402
-from peregrine.kernels import jit  # noqa: E402
 from peregrine.backends.native import tune as native_schedule  # noqa: E402
 from peregrine.errors import InputError, UnsupportedModelError  # noqa: E402
 from peregrine.ir import (  # noqa: E402
@@ -30,6 +29,7 @@ from peregrine.ir import (  # noqa: E402
     semantics,  # noqa: E402
 )
 from peregrine.ir.spec import MethodSpec, ModelSpec  # noqa: E402
+from peregrine.kernels import jit  # noqa: E402
 from peregrine.options import CompileOptions  # noqa: E402
 from peregrine.runtime.compiled import build  # noqa: E402
 

@@ -169,9 +169,10 @@ def test_seuclidean_and_mahalanobis_match_sklearn(name, backend, dtype):
 
 
 def test_whitened_metrics_refuse_what_sklearn_computes_differently():
+    from sklearn.neighbors import KNeighborsRegressor
+
     import peregrine
     from peregrine.errors import UnsupportedModelError
-    from sklearn.neighbors import KNeighborsRegressor
 
     x = np.random.default_rng(4).normal(size=(30, 3))
     bad_vi = -np.eye(3)  # negative form: sklearn's distances are NaN

@@ -48,7 +48,7 @@ def data(kind: str, nan: bool):
     return X, y
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _session(model_bytes: bytes) -> ort.InferenceSession:
     return ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
 
