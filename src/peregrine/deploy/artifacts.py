@@ -1,8 +1,8 @@
 """Artifacts as bytes: what Dask and Spark ship to their workers (never a pickle of the source
 model), and a per-process cache so each worker process builds the kernels once.
 
-``peregrine.load`` reads a path, so the bytes go through a private temporary file; the loaded
-model is kept per process, keyed by the SHA-256 of the bytes. :func:`load_counts` says how many
+``peregrine.load`` reads the bytes directly (no file on the worker); the loaded model is kept
+per process, keyed by the SHA-256 of the bytes. :func:`load_counts` says how many
 times this process built each artifact's kernels (the proof that it was once).
 """
 
@@ -61,11 +61,7 @@ def load_bytes(data: bytes, backend: str | None = None) -> Any:
     """``peregrine.load`` (the safe loader) of artifact bytes."""
     import peregrine
 
-    with tempfile.TemporaryDirectory(prefix="peregrine-") as tmp:
-        path = os.path.join(tmp, "model.peregrine")
-        with open(path, "wb") as f:
-            f.write(data)
-        return peregrine.load(path, backend=backend)
+    return peregrine.load(bytes(data), backend=backend)
 
 
 def load_cached(data: bytes, key: str | None = None, backend: str | None = None) -> Any:
