@@ -25,19 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_trees import make_data, train  # noqa: E402
-
-
-def best(fn, X, repeat=5, budget_s=20.0) -> float:
-    fn(X)
-    times, start = [], time.perf_counter()
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn(X)
-        times.append(time.perf_counter() - t)
-        if time.perf_counter() - start > budget_s:
-            break
-    return min(times)
+from bench_trees import best_time, make_data, train  # noqa: E402
 
 
 def per_row(fn, X, rows=300) -> float:
@@ -101,7 +89,7 @@ def main(argv=None) -> None:
             "skl2onnx/onnxmltools": (peer, Xb),
         }
         for system, (fn, A) in rows.items():
-            batch = best(fn, A)
+            batch = best_time(fn, A, 5)
             one = per_row(fn, A)
             diff = float(np.max(np.abs(np.asarray(fn(A)).reshape(want.shape) - want)))
             print(f"| {name} | {system} | {batch:.3f} | {one * 1e6:.0f} | {diff:.2g} |",

@@ -21,6 +21,7 @@ xgb = pytest.importorskip("xgboost")
 import peregrine  # noqa: E402
 from peregrine.deploy import ServeConfig, create_app  # noqa: E402
 from peregrine.deploy.testing import running_server  # noqa: E402
+from tests.deploy_models import string_pipeline  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -56,26 +57,7 @@ def xgb_server(xgb_model):
 
 @pytest.fixture(scope="module")
 def pipeline_model(tmp_path_factory):
-    from sklearn.compose import ColumnTransformer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import OneHotEncoder
-
-    rng = np.random.default_rng(1)
-    df = pd.DataFrame(
-        {
-            "color": rng.choice(["red", "green", "blue"], 400),
-            "x1": rng.normal(size=400),
-            "x2": rng.normal(size=400),
-        }
-    )
-    y = np.where(df.x1 + (df.color == "red") > 0.5, "yes", "no")
-    model = make_pipeline(
-        ColumnTransformer(
-            [("oh", OneHotEncoder(handle_unknown="error"), ["color"])], remainder="passthrough"
-        ),
-        LogisticRegression(),
-    ).fit(df, y)
+    model, df = string_pipeline(400)
     path = tmp_path_factory.mktemp("serve") / "pipe.peregrine"
     peregrine.compile(model, backend="native").save(path)
     return model, str(path), df

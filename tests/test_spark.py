@@ -13,6 +13,7 @@ pytest.importorskip("pyspark")
 import peregrine  # noqa: E402
 import peregrine.spark  # noqa: E402
 from tests.conftest_spark import spark  # noqa: E402, F401  (the shared session fixture)
+from tests.deploy_models import string_pipeline  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 RTOL, ATOL = 1e-5, 1e-6
@@ -62,26 +63,7 @@ def _udf_matches_the_source_model(spark, xgb_model, tmp_path):  # noqa: F811
 
 
 def _udf_with_strings_and_a_source_model(spark):  # noqa: F811
-    from sklearn.compose import ColumnTransformer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import OneHotEncoder
-
-    rng = np.random.default_rng(1)
-    df = pd.DataFrame(
-        {
-            "color": rng.choice(["red", "green", "blue"], 2000),
-            "x1": rng.normal(size=2000),
-            "x2": rng.normal(size=2000),
-        }
-    )
-    y = np.where(df.x1 + (df.color == "red") > 0.5, "yes", "no")
-    model = make_pipeline(
-        ColumnTransformer(
-            [("oh", OneHotEncoder(handle_unknown="error"), ["color"])], remainder="passthrough"
-        ),
-        LogisticRegression(),
-    ).fit(df, y)
+    model, df = string_pipeline(2000)
     udf = peregrine.spark.predict_udf(model, method="predict", spark=spark)  # compiled here
     sdf = spark.createDataFrame(df.assign(id=np.arange(len(df))))
     out = sdf.select("id", udf().alias("label")).toPandas().sort_values("id")
