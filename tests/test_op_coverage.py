@@ -4,6 +4,7 @@ and may only shrink."""
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
@@ -32,6 +33,7 @@ def test_every_op_has_one_definition():
     assert set(DEFS) == set(Op)
     for op, d in DEFS.items():
         assert d.op is op and d.__doc__, f"{op}: definition without its documentation"
+        assert not inspect.isabstract(d), f"{op}: definition without a rule"
 
 
 @pytest.mark.parametrize("name", [m[0] for m in _MODULES])

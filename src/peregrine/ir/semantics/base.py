@@ -16,6 +16,7 @@ lowerings import, so every backend takes them from the semantics, never from ano
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from numbers import Integral, Real
@@ -33,7 +34,7 @@ DEFS: dict[Op, type[Attrs]] = {}
 
 
 @dataclass(frozen=True, eq=False)
-class Attrs:
+class Attrs(ABC):
     """Base of the per-op attribute dataclasses (``eq=False``: attributes hold arrays)."""
 
     op: ClassVar[Op]
@@ -80,8 +81,10 @@ class Attrs:
         """Output width from the input widths (None: unknown); default: the first input's."""
         return widths[0] if widths else None
 
+    @abstractmethod
     def rule(self, node: Node, ins: list[np.ndarray], options: CompileOptions) -> np.ndarray:
-        raise NotImplementedError(f"{self.op.value} has no rule")
+        """The op's value from its input values: its meaning, in NumPy. Abstract, so a
+        definition without a rule cannot be instantiated (no node can carry it)."""
 
     def float32_out(self, ins_float32: list[bool]) -> bool:
         """Whether ``rule`` returns float32 when the inputs flagged True are float32 (and the

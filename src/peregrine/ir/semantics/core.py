@@ -3,6 +3,7 @@ turn scores into classes (BINARY_PROBA, ARGMAX, THRESHOLD), and ORDINAL_ENCODE."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,11 @@ class Input(Attrs):
 
     def infer_width(self, widths: list) -> None:
         return None
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        # evaluators bind the input node to X before any rule runs; reaching this means a
+        # graph was evaluated without its input
+        raise ValueError(f"IR node {node.name!r}: the input X was not given to the evaluator")
 
 
 @define(Op.AFFINE)
@@ -102,22 +108,30 @@ class LinkAttrs(Attrs):
             raise bad(n, "ISOLATION_SCORE needs a denominator")
 
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
-        x, kind = ins[0], self.kind
-        if kind is Link.IDENTITY:
-            return x
-        if kind is Link.SIGMOID:
-            return sigmoid(float(self.scale) * x)
-        if kind is Link.SOFTMAX:
-            e = np.exp(x - x.max(axis=1, keepdims=True))
-            return e / e.sum(axis=1, keepdims=True)
-        if kind is Link.EXP:
-            return np.exp(x)
-        if kind is Link.ISOLATION_SCORE:
-            return -(2.0 ** (-x / float(self.denominator)))  # type: ignore[arg-type]
-        if kind is Link.LOG_SOFTMAX:
-            with np.errstate(invalid="ignore"):  # inf - inf -> NaN (rows sklearn rejects)
-                return x - logsumexp_rows(x)
-        raise NotImplementedError(f"link {kind}")
+        return _LINK_RULES[self.kind](ins[0], self)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):  # inf - inf -> NaN (rows sklearn rejects)
+        return x - logsumexp_rows(x)
+
+
+# one rule per Link kind (LINK.check admits only Link members; every member is here)
+_LINK_RULES: dict[Link, Callable[[np.ndarray, LinkAttrs], np.ndarray]] = {
+    Link.IDENTITY: lambda x, a: x,
+    Link.SIGMOID: lambda x, a: sigmoid(float(a.scale) * x),
+    Link.SOFTMAX: lambda x, a: _softmax(x),
+    Link.EXP: lambda x, a: np.exp(x),
+    Link.ISOLATION_SCORE: lambda x, a: -(2.0 ** (-x / float(a.denominator))),
+    Link.LOG_SOFTMAX: lambda x, a: _log_softmax(x),
+}
+if set(_LINK_RULES) != set(Link):
+    raise RuntimeError(f"LINK kinds without a rule: {set(Link) - set(_LINK_RULES)}")
 
 
 @define(Op.BINARY_PROBA)
