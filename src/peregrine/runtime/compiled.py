@@ -181,6 +181,23 @@ class CompiledModel:
 
         return export_onnx(self, path, opset=opset, batch=batch, ml_ops=ml_ops, sample=sample)
 
+    def export_library(self, path: str | os.PathLike, *, target: str = "x86_64-linux-gnu",
+                       cpu: str | None = None, prefix: str = "peregrine", methods: Any = None,
+                       header: str | os.PathLike | None = None, cc: str | None = None,
+                       sample: Any = None, validate: bool = True) -> Any:
+        """Write this program as a shared library for ``target`` ("x86_64-linux-gnu" or
+        "aarch64-linux-gnu"; ``cpu``: "x86-64" (default), "x86-64-v2/v3/v4", "host") and its
+        C header (``path`` with ``.h``), linking only libc and libm: one function per method
+        in a float and a double form (``<prefix>_predict``, ``<prefix>_predict_f64``...).
+        When the library runs on this machine it is validated against this model on
+        ``sample`` (or generated rows). An op without native code raises
+        ``UnsupportedModelError`` naming it. Returns a ``LibraryReport``. docs/export.md."""
+        from peregrine.runtime.library import export_library
+
+        return export_library(self, path, target=target, cpu=cpu, prefix=prefix,
+                              methods=methods, header=header, cc=cc, sample=sample,
+                              validate=validate)
+
     def __repr__(self) -> str:
         return (f"CompiledModel({self.spec.source}, backend={self.backend!r}, "
                 f"device={self._device!r}, methods={list(self.methods)})")

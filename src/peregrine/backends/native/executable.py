@@ -400,7 +400,7 @@ class ForestProgram:
 
 
 @dataclass
-class _Fused:
+class FusedForest:
     """A forest and the element-wise ops fused after it; computes the value of ``end``."""
 
     tree: Node
@@ -408,6 +408,37 @@ class _Fused:
     end: str
     program: np.ndarray
     width: int
+
+
+def fuse_plan(graph, wanted: set[str]) -> list:
+    """The nodes computing ``wanted`` (node names) in order, with each forest and the
+    element-wise chain after it fused into one :class:`FusedForest` (what runs in its
+    kernel). Shared with the ahead-of-time libraries (aot.py), which lower the same plan."""
+    needed, stack = set(), list(wanted)
+    while stack:
+        name = stack.pop()
+        if name not in needed:
+            needed.add(name)
+            stack.extend(graph.node(name).inputs)
+    order = [n for n in graph.toposort() if n.name in needed]
+    users = {n.name: [u for u in order if n.name in u.inputs] for n in order}
+    plan, skip = [], set()
+    for node in order:
+        if node.name in skip:
+            continue
+        if node.op is not Op.TREE_ENSEMBLE:
+            plan.append(node)
+            continue
+        chain, cur, enc = [], node, epilogue.encode([], node.width or 1)
+        while cur.name not in wanted and len(users[cur.name]) == 1:
+            nxt = users[cur.name][0]
+            trial = epilogue.encode(chain + [nxt], node.attrs.forest.n_outputs)
+            if trial is None or len(nxt.inputs) != 1:
+                break
+            chain, cur, enc = chain + [nxt], nxt, trial
+        skip.update(n.name for n in chain)
+        plan.append(FusedForest(node, chain, cur.name, enc[0], enc[1]))
+    return plan
 
 
 class NativeExecutable(Executable):
@@ -436,34 +467,8 @@ class NativeExecutable(Executable):
         return self._row_kernels[outputs]
 
     def _plan(self, outputs: tuple[str, ...]) -> list:
-        """Nodes in order, with each forest and the element-wise chain after it fused."""
         graph = self.spec.graph
-        wanted = {graph.outputs[o] for o in outputs}
-        needed, stack = set(), list(wanted)
-        while stack:
-            name = stack.pop()
-            if name not in needed:
-                needed.add(name)
-                stack.extend(graph.node(name).inputs)
-        order = [n for n in graph.toposort() if n.name in needed]
-        users = {n.name: [u for u in order if n.name in u.inputs] for n in order}
-        plan, skip = [], set()
-        for node in order:
-            if node.name in skip:
-                continue
-            if node.op is not Op.TREE_ENSEMBLE:
-                plan.append(node)
-                continue
-            chain, cur, enc = [], node, epilogue.encode([], node.width or 1)
-            while cur.name not in wanted and len(users[cur.name]) == 1:
-                nxt = users[cur.name][0]
-                trial = epilogue.encode(chain + [nxt], node.attrs.forest.n_outputs)
-                if trial is None or len(nxt.inputs) != 1:
-                    break
-                chain, cur, enc = chain + [nxt], nxt, trial
-            skip.update(n.name for n in chain)
-            plan.append(_Fused(node, chain, cur.name, enc[0], enc[1]))
-        return plan
+        return fuse_plan(graph, {graph.outputs[o] for o in outputs})
 
     def runner(self, output: str) -> Any:
         """The online path for an output computed from one forest of the input: the forest
@@ -477,10 +482,10 @@ class NativeExecutable(Executable):
         direct = self._direct.get((output,))
         if direct is not None:
             return direct
-        if len(plan) < 3 or plan[0].op is not Op.INPUT or not isinstance(plan[1], _Fused):
+        if len(plan) < 3 or plan[0].op is not Op.INPUT or not isinstance(plan[1], FusedForest):
             return None
         step, rest, result = plan[1], plan[2:], self.spec.graph.outputs[output]
-        if any(isinstance(n, _Fused) for n in rest):
+        if any(isinstance(n, FusedForest) for n in rest):
             return None
         first = self.programs[step.tree.name].caller(
             step.program, step.width, lambda X: self._forest(step, X))
@@ -499,7 +504,7 @@ class NativeExecutable(Executable):
         plan = self._plans.get(outputs)
         if plan is None:
             plan = self._plans[outputs] = self._plan(outputs)
-            if len(plan) == 2 and len(outputs) == 1 and isinstance(plan[1], _Fused):
+            if len(plan) == 2 and len(outputs) == 1 and isinstance(plan[1], FusedForest):
                 step = plan[1]
                 prog = self.programs[step.tree.name]
                 dtype = self._method_dtype(outputs[0])
@@ -519,7 +524,7 @@ class NativeExecutable(Executable):
             res = rows.run(np.ascontiguousarray(X), default_threads(self.options))
             return dict(zip(outputs, res))
         plan = self._plan_for(outputs)
-        if not any(isinstance(step, _Fused) for step in plan):
+        if not any(isinstance(step, FusedForest) for step in plan):
             block = self._block_rows(plan)
             if X.shape[0] > block:
                 # rules only (no forest kernel, which splits rows over threads itself): row
@@ -538,7 +543,7 @@ class NativeExecutable(Executable):
     def _run_plan(self, plan: list, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
         values: dict[str, Any] = {}
         for step in plan:
-            if isinstance(step, _Fused):
+            if isinstance(step, FusedForest):
                 values[step.end] = self._forest(step, values[step.tree.inputs[0]])
             elif step.op is Op.INPUT:
                 values[step.name] = X
@@ -555,7 +560,7 @@ class NativeExecutable(Executable):
                   if m.output == output and m.labels is None and m.dtype != "input"}
         return dtypes.pop() if len(dtypes) == 1 and next(iter(dtypes)).kind == "f" else FLOAT64
 
-    def _forest(self, step: _Fused, X: np.ndarray, out_dtype: np.dtype = FLOAT64
+    def _forest(self, step: FusedForest, X: np.ndarray, out_dtype: np.dtype = FLOAT64
                 ) -> np.ndarray:
         prog = self.programs[step.tree.name]
         out = prog(X, step.program, step.width, out_dtype=out_dtype)
