@@ -26,6 +26,10 @@ $(STAMP): pyproject.toml Makefile
 	# pyspark 4 runs on Java 17 or 21: Debian 12's default JRE is 17
 	command -v java >/dev/null || (apt-get update -qq && \
 	  apt-get install -y -qq --no-install-recommends default-jre-headless)
+	# shared-library export tests: aarch64 cross-compiler and qemu-user (docs/export.md)
+	command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null || \
+	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+	  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -10,7 +10,7 @@ import time
 from peregrine.cli._common import CLIError, positive_int, spinner
 
 FORMATS = ("onnx", "triton", "shared-library")
-HELP = "export a model as ONNX or a Triton model repository"
+HELP = "export a model as ONNX, a Triton model repository or a shared library"
 DESCRIPTION = """\
 Export a model for a runtime outside Peregrine. MODEL is a compiled Peregrine artifact
 ('peregrine compile') or a fitted model file 'compile' accepts (XGBoost JSON/UBJSON, LightGBM
@@ -20,12 +20,15 @@ text, CatBoost, ONNX, a scikit-learn pickle with --allow-pickle).
                            classifiers output 'label' and 'probabilities', others 'variable')
   --format triton          -o DIR: a Triton model repository, DIR/NAME/config.pbtxt and
                            DIR/NAME/1/model.onnx, dynamic batching configured
-  --format shared-library  not yet: ahead-of-time native libraries are issue #13
+  --format shared-library  -o LIB.so: a shared library and its C header (LIB.h) for --target
+                           x86_64-linux-gnu (default) or aarch64-linux-gnu, linking only
+                           libc and libm; one C function per method (--prefix names them)
 
-The export is checked with onnx.checker and validated in ONNX Runtime against the compiled
-model on the --sample rows (or generated rows, NaN included where the model accepts NaN):
-a difference beyond rtol 1e-5 / atol 1e-6, or any label that differs, fails the command and
-writes nothing. An operation ONNX cannot express fails naming it."""
+The ONNX export is checked with onnx.checker and validated in ONNX Runtime against the
+compiled model on the --sample rows (or generated rows, NaN included where the model accepts
+NaN); a shared library built for this machine's architecture is validated the same way
+through ctypes. A difference beyond rtol 1e-5 / atol 1e-6, or any label that differs, fails
+the command. An operation the format cannot express fails naming it."""
 
 
 def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
@@ -35,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
     p.add_argument("--format", choices=FORMATS, default="onnx",
                    help="what to write (default: onnx)")
     p.add_argument("-o", "--output", metavar="PATH", required=True,
-                   help="the .onnx file (onnx) or the model repository directory (triton)")
+                   help="the .onnx file (onnx), the model repository directory (triton) or "
+                   "the .so file (shared-library; the header goes beside it, .h)")
     p.add_argument("--name", metavar="NAME",
                    help="Triton model name (default: the source class, lower case)")
     p.add_argument("--max-batch-size", type=positive_int, default=4096, metavar="N",
@@ -47,6 +51,15 @@ def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
     p.add_argument("--ml-ops", choices=("auto", "always", "never"), default="auto",
                    help="use ai.onnx.ml operators (TreeEnsemble) where they apply "
                    "(default: auto)")
+    p.add_argument("--target", default="x86_64-linux-gnu", metavar="TRIPLE",
+                   help="shared-library platform: x86_64-linux-gnu (default) or "
+                   "aarch64-linux-gnu")
+    p.add_argument("--cpu", metavar="CPU",
+                   help="shared-library CPU: x86-64 (default), x86-64-v2, x86-64-v3, "
+                   "x86-64-v4 or host; generic on aarch64")
+    p.add_argument("--prefix", default="peregrine", metavar="NAME",
+                   help="shared-library C symbol prefix (default: peregrine -> "
+                   "peregrine_predict)")
     p.add_argument("--sample", metavar="DATA",
                    help="CSV/Parquet rows to validate the export on (default: generated rows)")
     p.add_argument("--allow-pickle", action="store_true",
@@ -56,8 +69,7 @@ def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.format == "shared-library":
-        raise CLIError("--format shared-library is not available yet: ahead-of-time native "
-                       "libraries are issue #13 (use --format onnx or triton)")
+        return _shared_library(args)
     batch: int | str = args.batch
     if batch != "dynamic":
         try:
@@ -93,6 +105,31 @@ def run(args: argparse.Namespace) -> int:
     for method, dev in report.deviations.items():
         text = ", ".join(f"{k} {v:.3g}" for k, v in dev.items())
         print(f"  validated {method} on {report.rows} rows in ONNX Runtime: {text}")
+    return 0
+
+
+def _shared_library(args: argparse.Namespace) -> int:
+    compiled = _compiled(args)
+    sample = _sample(args, compiled) if args.sample else None
+    start = time.perf_counter()
+    with spinner(f"building {os.path.basename(args.output)}"):
+        report = compiled.export_library(args.output, target=args.target, cpu=args.cpu,
+                                         prefix=args.prefix, sample=sample)
+    elapsed = time.perf_counter() - start
+    print(f"exported {compiled.spec.source} as a shared library for {report.target} "
+          f"(CPU {report.cpu}) -> {report.path}, header {report.header} ({elapsed:.2f} s)")
+    for method, width in report.methods.items():
+        print(f"  {args.prefix}_{method}(const float *X, size_t rows, double *out) and "
+              f"{args.prefix}_{method}_f64: {width} value(s) per row")
+    if report.labels:
+        print(f"  {len(report.labels)} classes: predict writes class indices, "
+              f"{args.prefix}_class_label(i) names them")
+    if report.rows:
+        for method, dev in report.deviations.items():
+            print(f"  validated {method} on {report.rows} rows (float and double): max |diff| "
+                  f"{dev['max_abs']:.3g}")
+    else:
+        print(f"  not validated here: {report.target} code does not run on this machine")
     return 0
 
 

@@ -65,12 +65,13 @@ def export_library(compiled: Any, path: str | os.PathLike, *, target: str = "x86
 def open_library(path: str | os.PathLike, prefix: str = "peregrine") -> Any:
     """The library loaded with ctypes (its functions typed): for validation and tests."""
     lib = ctypes.CDLL(os.path.abspath(os.fspath(path)))
-    lib[f"{prefix}_n_features"].restype = ctypes.c_size_t
-    lib[f"{prefix}_n_outputs"].restype = ctypes.c_size_t
-    lib[f"{prefix}_n_outputs"].argtypes = [ctypes.c_char_p]
-    lib[f"{prefix}_n_classes"].restype = ctypes.c_size_t
-    lib[f"{prefix}_class_label"].restype = ctypes.c_char_p
-    lib[f"{prefix}_class_label"].argtypes = [ctypes.c_size_t]
+    # attribute access: ctypes caches those function objects (lib[name] makes a new one)
+    for name, restype, argtypes in (("n_features", ctypes.c_size_t, []),
+                                    ("n_outputs", ctypes.c_size_t, [ctypes.c_char_p]),
+                                    ("n_classes", ctypes.c_size_t, []),
+                                    ("class_label", ctypes.c_char_p, [ctypes.c_size_t])):
+        fn = getattr(lib, f"{prefix}_{name}")
+        fn.restype, fn.argtypes = restype, argtypes
     return lib
 
 
@@ -79,9 +80,9 @@ def call_library(lib: Any, prefix: str, method: str, X: np.ndarray) -> tuple[int
     float form, float64 -> the _f64 form)."""
     X = np.ascontiguousarray(X)
     suffix = "" if X.dtype == np.float32 else "_f64"
-    width = lib[f"{prefix}_n_outputs"](method.encode())
+    width = getattr(lib, f"{prefix}_n_outputs")(method.encode())
     out = np.full((X.shape[0], width), np.nan)
-    fn = lib[f"{prefix}_{method}{suffix}"]
+    fn = getattr(lib, f"{prefix}_{method}{suffix}")
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     rc = fn(X.ctypes.data, X.shape[0], out.ctypes.data)

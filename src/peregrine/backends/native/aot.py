@@ -38,6 +38,7 @@ from peregrine.backends.native.tune import heuristic
 from peregrine.errors import UnsupportedModelError
 from peregrine.ir import Graph, Node, Op
 from peregrine.ir.semantics.trees import compute_dtype
+from peregrine.ir.spec import METHOD_NAMES
 from peregrine.kernels import jit, rowwise
 from peregrine.kernels.fused import narrow_outputs
 from peregrine.options import CompileOptions
@@ -178,7 +179,8 @@ def lower(spec: Any, options: CompileOptions, target: AotTarget, cpu: jit.Target
         raise UnsupportedModelError(
             f"{spec.source}: checks rows it may reject ({spec.input_checks[0][0]}); a "
             "shared library cannot raise per row")
-    names = list(spec.methods) if methods is None else list(methods)
+    names = ([m for m in METHOD_NAMES if m in spec.methods] if methods is None
+             else list(methods))
     missing = [m for m in names if m not in spec.methods]
     if missing or not names:
         raise UnsupportedModelError(f"{spec.source} has no method(s) {missing or names}; "
