@@ -170,6 +170,40 @@ def _onnx_classifier() -> Any:
     return to_onnx(_lr().fit(X, Y), X[:1].astype(np.float32), options={"zipmap": False})
 
 
+def _torch_net(d: int, k: int) -> Any:
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(d, 8), torch.nn.ReLU(), torch.nn.Linear(8, k))
+
+
+def _torch_step() -> Any:
+    from peregrine import TorchStep
+
+    return TorchStep(_torch_net(4, 2)).fit(X)
+
+
+def _skorch(kind: str) -> Callable[[], Any]:
+    """A skorch net trained two epochs on float32 rows (skorch feeds X to the module as is)."""
+
+    def make() -> Any:
+        import skorch
+        import torch
+
+        kw = {"max_epochs": 2, "verbose": 0, "train_split": None}
+        x32 = X.astype(np.float32)
+        if kind == "NeuralNetClassifier":
+            return skorch.NeuralNetClassifier(_torch_net(4, 3), criterion=torch.nn.CrossEntropyLoss,
+                                              **kw).fit(x32, Y)
+        if kind == "NeuralNetBinaryClassifier":
+            return skorch.NeuralNetBinaryClassifier(_torch_net(4, 1), **kw).fit(
+                x32, (Y > 0).astype(np.float32))
+        return skorch.NeuralNetRegressor(_torch_net(4, 1), **kw).fit(
+            x32, YR.astype(np.float32)[:, None])
+
+    return make
+
+
 class _OnnxSource:
     """What an ONNX graph's 'methods' are: ONNX Runtime's outputs on the same file (the label
     output is predict, the score output predict_proba)."""
@@ -243,6 +277,9 @@ FACTORIES: dict[tuple[str, str], list[Callable[[], Any]]] = {
                                              "LGBMModel", "Booster")},
     ("CatBoostRanker", "catboost"): [_catboost_ranker],
     ("ModelProto", "onnx"): [_onnx_classifier],
+    ("TorchStep", "peregrine"): [_torch_step],
+    **{(k, "skorch"): [_skorch(k)] for k in ("NeuralNetClassifier", "NeuralNetBinaryClassifier",
+                                            "NeuralNetRegressor")},
 }
 
 
@@ -279,6 +316,8 @@ def _same(got: np.ndarray, want: np.ndarray, where: str) -> None:
 def _rows(model: Any) -> np.ndarray:
     if type(model).__name__ == "CategoricalNB":
         return (X * 3).astype(int).astype(np.float64)
+    if type(model).__module__.startswith("skorch"):
+        return X.astype(np.float32)  # skorch hands X to the float32 module as it is
     return X
 
 

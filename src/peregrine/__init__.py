@@ -20,7 +20,17 @@ from peregrine.runtime.compiled import CompiledModel
 
 __all__ = [
     "ArtifactError", "CompileOptions", "CompiledModel", "InputError", "NotFittedError",
-    "PeregrineError", "Precision", "TreeStrategy", "UnsupportedModelError", "ValidationError",
-    "__version__",
+    "PeregrineError", "Precision", "TorchStep", "TreeStrategy", "UnsupportedModelError",
+    "ValidationError", "__version__",
     "compile", "load", "supported_models",
 ]  # fmt: skip
+
+
+def __getattr__(name: str):
+    # peregrine.TorchStep (a PyTorch module as a scikit-learn transformer) is imported on first
+    # use: ``import peregrine`` needs neither scikit-learn nor torch
+    if name == "TorchStep":
+        from peregrine.torch_step import TorchStep
+
+        return TorchStep
+    raise AttributeError(f"module 'peregrine' has no attribute {name!r}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import sys
 from typing import Any
 
 from peregrine.errors import UnsupportedModelError
@@ -33,28 +34,55 @@ _MODULES = (
     ("peregrine.frontends.lightgbm", "lightgbm"),
     ("peregrine.frontends.catboost", "catboost"),
     ("peregrine.frontends.onnx_ml_model", "onnx"),
+    ("peregrine.frontends.torch_nn", "sklearn"),  # peregrine.TorchStep; imports torch lazily
+)
+# Frontends of libraries slow to import (skorch imports torch: about 3 s): ``convert`` loads
+# them once the library has been imported, since no model of theirs can exist before;
+# ``load_all`` (the registry's listing, supported_models) loads them whenever installed.
+_WHEN_IMPORTED = (
+    ("peregrine.frontends.skorch", "skorch"),
 )
 _loaded = False
+_loaded_late: set[str] = set()
 
 
-def load_all() -> None:
+def _load(module: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:  # frontend module not written yet / optional dep
+        if exc.name != module:
+            raise
+
+
+def _load_common() -> None:
     global _loaded
     if _loaded:
         return
     for module, library in _MODULES:
-        if importlib.util.find_spec(library) is None:
-            continue
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:  # frontend module not written yet / optional dep
-            if exc.name != module:
-                raise
+        if importlib.util.find_spec(library) is not None:
+            _load(module)
     _loaded = True
+
+
+def _load_late(installed: bool) -> None:
+    for module, library in _WHEN_IMPORTED:
+        if module in _loaded_late:
+            continue
+        if library in sys.modules or (installed and importlib.util.find_spec(library)):
+            _load(module)
+            _loaded_late.add(module)
+
+
+def load_all() -> None:
+    """Import every frontend whose library is installed (their registrations)."""
+    _load_common()
+    _load_late(installed=True)
 
 
 def convert(model: Any) -> ModelSpec:
     """Dispatch to the frontend registered for ``type(model)``."""
-    load_all()
+    _load_common()
+    _load_late(installed=False)
     entry = FRONTENDS.lookup(type(model))
     if entry is None:
         names = sorted({e.key.__name__ for e in FRONTENDS})

@@ -43,9 +43,10 @@ from peregrine.ir import GraphBuilder
 from peregrine.ir.spec import INPUT_ERRORS, ModelSpec
 
 
-def model_spec(model: Any, build_head) -> ModelSpec:
-    """Convert ``model`` by ``build_head(ctx, flow) -> Head`` on a fresh graph."""
-    n = getattr(model, "n_features_in_", None)
+def model_spec(model: Any, build_head, n_features: int | None = None) -> ModelSpec:
+    """Convert ``model`` by ``build_head(ctx, flow) -> Head`` on a fresh graph; ``n_features``:
+    the input width of a model without ``n_features_in_`` (a PyTorch network's first layer's)."""
+    n = getattr(model, "n_features_in_", None) if n_features is None else n_features
     if n is None:
         require_fitted(model, "n_features_in_")
     g = GraphBuilder()

@@ -53,12 +53,21 @@ class Op(enum.Enum):
     WEIGHTED_SUM = "weighted_sum"  # members' outputs, weighted, in order
     WEIGHTED_MEDIAN = "weighted_median"  # AdaBoostRegressor's median
     LOG_ADD_EXP = "log_add_exp"  # Bagging's predict_log_proba
+    # neural-network layers in the network's own dtype (ir/semantics/nn.py)
+    DENSE = "dense"  # x @ W + b (torch.nn.Linear)
+    ACTIVATION = "activation"  # an element-wise or row-wise activation (ACTIVATIONS)
 
 
 # Element-wise NumPy ufuncs a UFUNC node may apply (FunctionTransformer's common funcs).
 UFUNCS = ("log1p", "expm1", "exp", "log", "sqrt", "absolute", "square", "negative", "sin", "cos",
           "tanh", "arcsinh", "log2", "log10", "exp2", "cbrt", "reciprocal", "sign", "floor",
           "ceil", "rint", "trunc")
+
+
+# Activations an ACTIVATION node may apply (torch.nn's, by their functional names); "identity"
+# only casts to the network's dtype.
+ACTIVATIONS = ("identity", "relu", "hardtanh", "leaky_relu", "elu", "gelu", "tanh", "sigmoid",
+               "softplus", "silu", "mish", "softmax", "log_softmax")
 
 
 def class_pairs(n_classes: int) -> list[tuple[int, int]]:

@@ -4,7 +4,13 @@ op (``ops.py``), tree ensembles by the three Hummingbird strategies (``trees.py`
 when torch is not installed."""
 
 # each module registers its ops in the lowering table
-from peregrine.backends.torch import ops_kernel, ops_meta, ops_pipeline, ops_transformers  # noqa: F401
+from peregrine.backends.torch import (  # noqa: F401
+    ops_kernel,
+    ops_meta,
+    ops_nn,
+    ops_pipeline,
+    ops_transformers,
+)
 from peregrine.backends.torch.module import GraphProgram, TorchBackend, TorchExecutable
 from peregrine.backends.torch.ops import LINKS, LOWERINGS, lower_node
 from peregrine.backends.torch.trees import STRATEGY_MODULES

@@ -10,7 +10,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from peregrine.ir.ops import Op
-from peregrine.ir.semantics import core, kernels, meta, neighbours, pipeline, transformers, trees
+from peregrine.ir.semantics import (
+    core,
+    kernels,
+    meta,
+    neighbours,
+    nn,
+    pipeline,
+    transformers,
+    trees,
+)
 from peregrine.ir.semantics.base import DEFS, Attrs
 from peregrine.options import CompileOptions
 
@@ -37,5 +46,5 @@ def evaluate(graph: Graph, X: np.ndarray, outputs: tuple[str, ...],
         values[node.name] = node.attrs.rule(node, [values[i] for i in node.inputs], options)
     return {o: values[graph.outputs[o]] for o in outputs}
 
-__all__ = ["DEFS", "Attrs", "core", "evaluate", "kernels", "meta", "neighbours", "pipeline",
+__all__ = ["DEFS", "Attrs", "core", "evaluate", "kernels", "meta", "neighbours", "nn", "pipeline",
            "transformers", "trees"]
