@@ -114,9 +114,22 @@ class Buffer:
 
 
 @dataclass(frozen=True)
-class ForestCall:
-    kernel: str  # symbol
+class ForestKernel:
+    """A forest kernel and the descriptor of the packed arrays it reads."""
+
+    symbol: str
     desc: tuple[tuple[str, Any], ...]  # DESC slot -> ("data", blob name) or ("int", value)
+
+
+@dataclass(frozen=True)
+class ForestCall:
+    """One forest and its fused epilogue over a block: the batch kernel (rows in lanes), or
+    for at most ``few_rows`` rows the latency kernel (trees in lanes), as in the process.
+    Both sum in the library's order: the same bits."""
+
+    batch: ForestKernel
+    few: ForestKernel | None
+    few_rows: int
     n_trees: int
     program: tuple[float, ...]  # the epilogue program (epilogue.encode)
     src: Buffer
@@ -331,24 +344,34 @@ def _forest_call(low: Lowered, step: FusedForest, buffers: dict[str, Buffer],
                                     "not exportable")
     if forest.n_trees == 0:
         raise UnsupportedModelError("a forest with no trees is not exportable")
-    schedule = heuristic(forest, cpu).schedule
+    choice = heuristic(forest, cpu)
     cmp = compute_dtype(forest, np.dtype(src.dtype), options.precision)
-    packed = pack(forest, schedule, cmp)
-    # the kernel reads the value in its own dtype and converts it to the compare dtype, as
-    # the process's np.asarray(X, compare dtype) does (IEEE conversions: the same bits)
-    spec = kernel_spec(packed, schedule, np.dtype(src.dtype), cpu, forest.n_features)
-    low.kernels[spec.symbol] = spec
-    desc = []
-    for name in DESC:
-        if name == "n_features":
-            desc.append((name, ("int", forest.n_features)))
-        elif name in SCALARS:
-            desc.append((name, ("int", int(getattr(packed, name)))))
-        else:
-            desc.append((name, ("data", low.blob(getattr(packed, name)))))
+    packs: dict[tuple, Any] = {}
+
+    def kernel(schedule: Any) -> ForestKernel:
+        key = (schedule.layout, schedule.reorder_trees)  # what packing depends on
+        packed = packs.get(key)
+        if packed is None:
+            packed = packs[key] = pack(forest, schedule, cmp)
+        # the kernel reads the value in its own dtype and converts it to the compare dtype,
+        # as the process's np.asarray(X, compare dtype) does (IEEE conversions: same bits)
+        spec = kernel_spec(packed, schedule, np.dtype(src.dtype), cpu, forest.n_features)
+        low.kernels[spec.symbol] = spec
+        desc = []
+        for name in DESC:
+            if name == "n_features":
+                desc.append((name, ("int", forest.n_features)))
+            elif name in SCALARS:
+                desc.append((name, ("int", int(getattr(packed, name)))))
+            else:
+                desc.append((name, ("data", low.blob(getattr(packed, name)))))
+        return ForestKernel(spec.symbol, tuple(desc))
+
+    batch = kernel(choice.schedule)
+    few = None if choice.few_rows is None else kernel(choice.few_rows)
     width = max(step.width, forest.n_outputs)
     dst = Buffer(f"v{index}", "float64", step.width, width)
-    return ForestCall(spec.symbol, tuple(desc), forest.n_trees,
+    return ForestCall(batch, few, choice.few_rows_max if few else 0, forest.n_trees,
                       tuple(float(v) for v in step.program), src, dst)
 
 

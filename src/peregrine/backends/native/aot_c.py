@@ -123,9 +123,10 @@ def source(low: Lowered, prefix: str) -> str:
     for p in low.programs:
         for call in p.calls:
             if isinstance(call, ForestCall):
-                if call.desc not in descs:
-                    descs[call.desc] = f"pg_desc_{len(descs)}"
-                    out += _desc_function(descs[call.desc], call.desc)
+                for k in (call.batch, call.few):
+                    if k is not None and k.desc not in descs:
+                        descs[k.desc] = f"pg_desc_{len(descs)}"
+                        out += _desc_function(descs[k.desc], k.desc)
                 if call.program not in programs:
                     programs[call.program] = f"pg_epilogue_{len(programs)}"
                     values = ", ".join(float(v).hex() for v in call.program)
@@ -194,24 +195,33 @@ def _method(low: Lowered, p: MethodProgram, prefix: str, descs: dict, programs: 
              "    const size_t block = rows < PG_BLOCK ? rows : PG_BLOCK;",
              f"    unsigned char *scratch = malloc(block * {max(row_bytes, 8)});",
              f"    if (scratch == NULL) return {P}_ERR_MEMORY;"]
-    forest_descs = []
-    for k, call in enumerate(c for c in p.calls if isinstance(c, ForestCall)):
-        lines += [f"    int64_t desc{k}[{len(DESC)}];", f"    {descs[call.desc]}(desc{k});"]
-        forest_descs.append(f"desc{k}")
+    local: dict[tuple, str] = {}  # descriptor -> the local array holding it
+    for call in p.calls:
+        if isinstance(call, ForestCall):
+            for k in (call.batch, call.few):
+                if k is not None and k.desc not in local:
+                    local[k.desc] = f"desc{len(local)}"
+                    lines += [f"    int64_t {local[k.desc]}[{len(DESC)}];",
+                              f"    {descs[k.desc]}({local[k.desc]});"]
     lines += ["    for (size_t r0 = 0; r0 < rows; r0 += block) {",
               "        const int64_t n = (int64_t)(rows - r0 < block ? rows - r0 : block);",
               f"        const {ctype} *x = X + r0 * PG_N_FEATURES;"]
     for name, b in buffers.items():
         lines.append(f"        {CTYPES[b.dtype]} *{name} = ({CTYPES[b.dtype]} *)"
                      f"(scratch + {offsets[name]} * block);")
-    k = 0
     for call in p.calls:
         src = "x" if call.src.name == "X" else call.src.name
         if isinstance(call, ForestCall):
-            lines.append(f"        pg_forest({call.kernel}, {forest_descs[k]}, {src}, "
-                         f"{call.src.stride}, n, {call.n_trees}, {call.dst.name}, "
-                         f"{call.dst.stride}, {programs[call.program]});")
-            k += 1
+            def forest(k, indent, call=call, src=src):
+                return (f"{indent}pg_forest({k.symbol}, {local[k.desc]}, {src}, "
+                        f"{call.src.stride}, n, {call.n_trees}, {call.dst.name}, "
+                        f"{call.dst.stride}, {programs[call.program]});")
+
+            if call.few is None:
+                lines.append(forest(call.batch, " " * 8))
+            else:  # a few rows: trees in the lanes (latency), as the process does
+                lines += [f"        if (n <= {call.few_rows})", forest(call.few, " " * 12),
+                          "        else", forest(call.batch, " " * 12)]
         else:
             outs = ", ".join(b.name for b in call.dsts)
             lines += ["        {",
