@@ -21,7 +21,7 @@ OPS = frozenset(op for op in Op if op is not Op.INPUT)
 # Lowering an op lowers these; a new op a backend does not lower must raise them knowingly.
 # native +2 (issue #15 item 4): DENSE and ACTIVATION, a network's float32 layers, run their
 # rule (NumPy's BLAS sgemm for the product, which a per-row fused kernel would only slow down).
-MAX_FALLBACKS = {"native": 21, "torch": 0, "torchscript": 0, "reference": 0}
+MAX_FALLBACKS = {"native": 21, "torch": 0, "torchscript": 0, "reference": 0, "tvm": 20}
 
 
 def _backend(name):
@@ -54,6 +54,15 @@ def test_native_fallbacks_are_documented():
     text = (DOCS / "native.md").read_text()
     listed = re.search(r"<!-- native-fallbacks -->(.*?)<!-- /native-fallbacks -->", text, re.S)
     assert listed, "docs/native.md lost its fallback list"
+    names = set(re.findall(r"`([A-Z_]+)`", listed.group(1)))
+    assert names == {op.name for op in backend.fallback()}
+
+
+def test_tvm_fallbacks_are_documented():
+    backend = _backend("tvm")
+    text = (DOCS / "tvm.md").read_text()
+    listed = re.search(r"<!-- tvm-fallbacks -->(.*?)<!-- /tvm-fallbacks -->", text, re.S)
+    assert listed, "docs/tvm.md lost its fallback list"
     names = set(re.findall(r"`([A-Z_]+)`", listed.group(1)))
     assert names == {op.name for op in backend.fallback()}
 

@@ -15,6 +15,7 @@ _MODULES = (
     ("native", "peregrine.backends.native", "NativeBackend"),
     ("torch", "peregrine.backends.torch", "TorchBackend"),
     ("torchscript", "peregrine.backends.torchscript", "TorchScriptBackend"),
+    ("tvm", "peregrine.backends.tvm", "TvmBackend"),
     ("reference", "peregrine.backends.reference", "ReferenceBackend"),
 )
 AUTO_ORDER = ("native", "torch", "reference")

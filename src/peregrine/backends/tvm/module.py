@@ -1,0 +1,224 @@
+"""The tvm backend: the IR graph lowered node by node (``ops.LOWERINGS``) into one Relax
+function per requested set of outputs and input dtype, built by TVM for the host CPU
+(``build.py``), and the Executable the runtime calls.
+
+Fallbacks. An op without a lowering (``ops.FALLBACK``) runs its NumPy rule: the Relax program
+calls a packed function registered from this process (``peregrine.tvm.<program>.<node>.<dtype>``)
+that evaluates the rule on its inputs and writes the output. The cached library names those
+functions but holds no Python: each executable registers them again from the IR it was given.
+
+Concurrency. A Relax virtual machine keeps per-call state, so each Python thread gets its own VM
+over the one shared library.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import tvm
+from tvm import relax
+
+from peregrine.backends.base import Backend, Executable
+from peregrine.backends.tvm import build
+from peregrine.backends.tvm.ops import FALLBACK, LOWERINGS, Context, cast, dtype_of, lower_node
+from peregrine.backends.tvm.trees import choose_strategy
+from peregrine.errors import UnsupportedModelError
+from peregrine.ir import Op
+from peregrine.ir.spec import INPUT_ERRORS, ModelSpec
+from peregrine.options import CompileOptions
+
+DTYPES = ("float32", "float64")
+
+
+def request_sets(spec: ModelSpec) -> list[tuple[str, ...]]:
+    """The output sets the runtime asks for: each method's output, with the input checks when
+    the graph has them, and every other graph output on its own."""
+    outs = spec.graph.outputs
+    sets: list[tuple[str, ...]] = []
+    for m in spec.methods.values():
+        for s in ((m.output,), (m.output, INPUT_ERRORS)):
+            if all(o in outs for o in s) and s not in sets:
+                sets.append(s)
+    sets += [(o,) for o in sorted(outs) if (o,) not in sets]
+    return sets
+
+
+def function_name(outputs: tuple[str, ...], dtype: str) -> str:
+    return "__".join(outputs) + "__" + dtype
+
+
+def probe(spec: ModelSpec, dtype: str, options: CompileOptions) -> dict[str, np.ndarray]:
+    """Every node's value on one row of ones by the NumPy rules: the dtype and width each
+    fallback returns (some rules keep their input's dtype, e.g. ORDINAL_ENCODE's copy)."""
+    graph = spec.graph
+    values: dict[str, Any] = {}
+    for node in graph.toposort():
+        if node.op is Op.INPUT:
+            values[node.name] = np.ones((1, spec.n_features), dtype=dtype)
+            continue
+        try:
+            values[node.name] = np.asarray(
+                node.attrs.rule(node, [values[i] for i in node.inputs], options))
+        except Exception:  # noqa: BLE001 - a rule that rejects the probe row: static dtype
+            values[node.name] = np.zeros((1, int(node.width or 1)), dtype=node.dtype)
+    return values
+
+
+class TvmExecutable(Executable):
+    backend_name = "tvm"
+
+    def __init__(self, spec: ModelSpec, options: CompileOptions, device: str = "cpu") -> None:
+        if device != "cpu":
+            raise UnsupportedModelError(f"tvm backend runs on cpu, not on {device!r}")
+        self.spec = spec
+        self.options = options
+        self.sets = request_sets(spec)
+        self.key = build.program_key(spec.graph, tuple(map(tuple, self.sets)), options,
+                                     spec.n_features)
+        self._probes = {dt: probe(spec, dt, options) for dt in DTYPES}
+        self._register_fallbacks()
+        self.built = build.load_or_build(self.key, self._relax_module)
+        self._local = threading.local()
+
+    # ------------------------------------------------------------------- fallbacks --
+    def _fallback_name(self, node_name: str, dtype: str) -> str:
+        return f"peregrine.tvm.{self.key}.{node_name}.{dtype}"
+
+    def _fallback_nodes(self) -> list:
+        return [n for n in self.spec.graph.nodes if n.op in FALLBACK]
+
+    def _register_fallbacks(self) -> None:
+        options = self.options
+        for node in self._fallback_nodes():
+            for dt in DTYPES:
+                out_dtype = self._probes[dt][node.name].dtype
+
+                def run(*args: Any, node: Any = node, out_dtype: Any = out_dtype) -> None:
+                    *ins, out = args
+                    value = node.attrs.rule(node, [a.numpy() for a in ins], options)
+                    value = np.asarray(value).astype(out_dtype, copy=False)
+                    out.copyfrom(np.ascontiguousarray(value.reshape(tuple(out.shape))))
+
+                tvm.register_global_func(self._fallback_name(node.name, dt), run, override=True)
+
+    # ----------------------------------------------------------------- the program --
+    def _relax_module(self) -> tvm.IRModule:
+        spec, graph = self.spec, self.spec.graph
+        bb = relax.BlockBuilder()
+        shared: dict[Any, Any] = {}
+        for outputs in self.sets:
+            wanted = [graph.outputs[o] for o in outputs]
+            for dt in DTYPES:
+                probes = self._probes[dt]
+                rows = tvm.tirx.Var("n", "int64")
+                x = relax.Var("x", relax.TensorType((rows, spec.n_features), dt))
+
+                def fallback(node: Any, ins: list, dt: str = dt, rows: Any = rows) -> Any:
+                    ref = self._probes[dt][node.name]
+                    out = relax.TensorType((rows, int(ref.shape[1])), str(ref.dtype))
+                    return relax.call_dps_packed(self._fallback_name(node.name, dt), ins, out)
+
+                ctx = Context(bb, self.options, rows, fallback=fallback, shared=shared)
+                with bb.function(function_name(outputs, dt), [x]):
+                    with bb.dataflow():
+                        values: dict[str, Any] = {n.name: x for n in graph.nodes
+                                                  if n.op is Op.INPUT}
+                        for node in graph.steps(wanted):
+                            value = bb.emit(lower_node(ctx, node, [values[i]
+                                                                   for i in node.inputs]))
+                            # the rule's dtype (lowerings follow it; a fallback returns it)
+                            want = str(probes[node.name].dtype)
+                            if dtype_of(value) != want:
+                                value = bb.emit(cast(value, want))
+                            values[node.name] = value
+                        result = bb.emit_output(relax.Tuple([values[w] for w in wanted]))
+                    bb.emit_func_output(result)
+        return bb.get()
+
+    # ------------------------------------------------------------------------ calls --
+    def _vm(self) -> relax.VirtualMachine:
+        vm = getattr(self._local, "vm", None)
+        if vm is None:
+            vm = self._local.vm = build.virtual_machine(self.built.module)
+        return vm
+
+    def _call(self, outputs: tuple[str, ...], X: np.ndarray) -> list[np.ndarray]:
+        X = np.asarray(X)
+        if X.dtype.name not in DTYPES:
+            X = X.astype(np.float64)
+        # TVM's code assumes 64-byte aligned buffers: hand over in place when the array is
+        # aligned and C-contiguous, copy otherwise
+        if X.flags.c_contiguous and X.ctypes.data % 64 == 0:
+            arg = tvm.runtime.from_dlpack(X)
+        else:
+            arg = tvm.runtime.tensor(np.ascontiguousarray(X))
+        res = self._vm()[function_name(outputs, X.dtype.name)](arg)
+        return [r.numpy() for r in res]
+
+    def run(self, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
+        if not isinstance(X, np.ndarray):
+            X = X.detach().cpu().numpy()
+        outputs = tuple(outputs)
+        if outputs in self.sets:
+            return dict(zip(outputs, self._call(outputs, X)))
+        return {o: self._call((o,), X)[0] for o in outputs}
+
+    def runner(self, output: str) -> Any:
+        call = self._call
+        return lambda X: call((output,), X)[0]
+
+    # ---------------------------------------------------------------------- metadata --
+    def tree_info(self) -> list[dict[str, Any]]:
+        out = []
+        for node in self.spec.graph.nodes:
+            if node.op is Op.TREE_ENSEMBLE:
+                forest = node.attrs.forest
+                strategy, reason = choose_strategy(forest, self.options)
+                out.append({"node": node.name, "strategy": strategy.value, "reason": reason,
+                            "n_trees": forest.n_trees, "max_depth": forest.max_depth()})
+        return out
+
+    def explain(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "backend": "tvm",
+            "device": "cpu",
+            "target": str(build.host_target()),
+            "tvm_version": tvm.__version__,
+            "library": ("cache hit" if self.built.cache_hit else "built")
+                       + f" in {self.built.seconds:.2f} s ({self.built.path})",
+        }
+        fallbacks = sorted({n.op.name for n in self._fallback_nodes()})
+        if fallbacks:
+            info["fallback_ops"] = fallbacks  # run by their NumPy rules
+        trees = self.tree_info()
+        if len(trees) == 1:
+            info.update({k: v for k, v in trees[0].items() if k != "node"})
+        elif trees:
+            info["forests"] = trees
+        return info
+
+    def artifact_state(self) -> dict[str, Any]:
+        """Recorded for inspection only: loading rebuilds from the stored IR (or finds the
+        library in the local cache by the program's key); no library is stored."""
+        return {"tvm_version": tvm.__version__, "program_key": self.key,
+                "tree_strategies": {t["node"]: t["strategy"] for t in self.tree_info()}}
+
+
+class TvmBackend(Backend):
+    name = "tvm"
+    description = "TVM (Relax) program built for the host CPU; trees as compiled walks"
+    devices = ("cpu",)
+
+    @classmethod
+    def lowered(cls) -> frozenset[Op]:
+        return frozenset(LOWERINGS)
+
+    @classmethod
+    def fallback(cls) -> frozenset[Op]:
+        return FALLBACK
+
+    @classmethod
+    def compile(cls, spec: ModelSpec, options: CompileOptions, device: str) -> Executable:
+        return TvmExecutable(spec, options, device)

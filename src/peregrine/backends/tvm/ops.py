@@ -1,0 +1,297 @@
+"""One Relax lowering per IR op, in a table keyed by Op (mirrors the op rules in
+``ir/semantics``, operation for operation and dtype for dtype, as the torch lowerings do), and
+the declared fallbacks: an op without a lowering here runs its NumPy rule, called from the
+compiled program as a packed function (``FALLBACK``; listed in docs/tvm.md).
+
+A lowering takes the build context, the node and its input values (Relax expressions, each with
+its dtype in its struct info) and returns the node's value. Casts are explicit: NumPy promotes
+``float32 array * float64 array`` to float64, Relax does not promote at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tvm import relax
+from tvm.relax import op as R
+
+from peregrine.backends.tvm.trees import forest_constants, forest_walk, plan_forest
+from peregrine.ir import Link, Node, Op
+from peregrine.options import CompileOptions, Precision
+
+
+@dataclass
+class Context:
+    """What a lowering may use: the block builder, the options, and what it reports."""
+
+    bb: relax.BlockBuilder
+    options: CompileOptions
+    rows: Any  # the batch dimension (a symbolic TIR variable)
+    fallback: Callable[[Node, list[relax.Expr]], relax.Expr] | None = None
+    # shared by the functions of one module: a forest's walk and tables are added once
+    shared: dict[Any, Any] = field(default_factory=dict)
+
+    def emit(self, expr: relax.Expr) -> relax.Expr:
+        return self.bb.emit(expr)
+
+
+Lowering = Callable[[Context, Node, list], relax.Expr]
+LOWERINGS: dict[Op, Lowering] = {}
+
+
+def lowering(op: Op) -> Callable[[Lowering], Lowering]:
+    def deco(fn: Lowering) -> Lowering:
+        LOWERINGS[op] = fn
+        return fn
+
+    return deco
+
+
+# ------------------------------------------------------------------------- helpers --
+def dtype_of(x: relax.Expr) -> str:
+    if not isinstance(x.ty, relax.TensorType):  # a nested call not yet typed
+        x = relax.BlockBuilder.current().normalize(x)
+    return str(x.ty.dtype)
+
+
+def cast(x: relax.Expr, dtype: str) -> relax.Expr:
+    return x if dtype_of(x) == dtype else R.astype(x, dtype)
+
+
+def f64(x: relax.Expr) -> relax.Expr:
+    return cast(x, "float64")
+
+
+def const(value: Any, dtype: str = "float64") -> relax.Constant:
+    return relax.const(np.array(value, dtype=dtype, order="C"), dtype)
+
+
+def first_column(x: relax.Expr) -> relax.Expr:
+    return R.strided_slice(x, axes=[1], begin=[0], end=[1])
+
+
+def sigmoid(x: relax.Expr) -> relax.Expr:
+    """``ir/semantics/core.sigmoid``: exp of a non-positive number only."""
+    dt = dtype_of(x)
+    e = R.exp(R.negative(R.abs(x)))
+    one = const(1.0, dt)
+    return R.where(R.greater_equal(x, const(0.0, dt)), R.divide(one, R.add(one, e)),
+                   R.divide(e, R.add(one, e)))
+
+
+# ------------------------------------------------------------------------ core ops --
+@lowering(Op.REPLACE_WITH_NAN)
+def lower_replace_with_nan(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    x = ins[0]
+    cdt = node.attrs.compare_dtype or dtype_of(x)
+    hit = R.equal(cast(x, cdt), const(node.attrs.value, cdt))
+    return R.where(hit, const(np.nan, dtype_of(x)), x)
+
+
+@lowering(Op.TREE_ENSEMBLE)
+def lower_tree_ensemble(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    forest = node.attrs.forest
+    x = ins[0]
+    width = int(relax.BlockBuilder.current().normalize(x).ty.shape[1])
+    key = (node.name, dtype_of(x))
+    if key not in ctx.shared:
+        plan = plan_forest(forest, np.dtype(dtype_of(x)), width, ctx.options)
+        name = f"forest_{len(ctx.shared)}_{dtype_of(x)}"
+        walk = ctx.bb.add_func(forest_walk(forest, plan).with_attr("global_symbol", name), name)
+        tables = [relax.const(np.ascontiguousarray(a), a.dtype.name) for a in forest_constants(plan)]
+        ctx.shared[key] = (walk, tables)
+    walk, tables = ctx.shared[key]
+    args = [x, *tables]
+    out = relax.TensorType((ctx.rows, forest.n_outputs), "float64")
+    return relax.call_tir(walk, args, out)
+
+
+@lowering(Op.AFFINE)
+def lower_affine(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    a = node.attrs
+    x = ins[0]
+    if a.float32 != "never" and dtype_of(x) == "float32":  # each step rounds to float32
+        scale, shift = np.asarray(a.scale, np.float64), np.asarray(a.shift, np.float64)
+        if a.float32 == "cast":
+            scale, shift = (v.astype(np.float32).astype(np.float64) for v in (scale, shift))
+        y = cast(R.multiply(f64(x), const(scale)), "float32")
+        return cast(R.add(f64(y), const(shift)), "float32")
+    if ctx.options.precision is Precision.FLOAT32:  # stay in the input's precision
+        dt = dtype_of(x)
+        return R.add(R.multiply(x, const(a.scale, dt)), const(a.shift, dt))
+    return R.add(R.multiply(f64(x), const(a.scale)), const(a.shift))
+
+
+def _log_softmax(x: relax.Expr) -> relax.Expr:
+    """x - logsumexp(x) in ``ir/semantics/core.logsumexp_rows``' order (sklearn's)."""
+    dt = dtype_of(x)
+    m = R.max(x, axis=1, keepdims=True)
+    at_max = R.equal(x, m)
+    count = R.sum(cast(at_max, dt), axis=1, keepdims=True)
+    shift = R.where(R.isfinite(m), m, const(0.0, dt))
+    rest = R.where(at_max, const(-np.inf, dt), x)
+    s = R.sum(R.exp(R.subtract(rest, shift)), axis=1, keepdims=True)
+    s = R.where(R.equal(s, const(0.0, dt)), s, R.divide(s, count))
+    return R.subtract(x, R.add(R.add(R.log(R.add(const(1.0, dt), s)), R.log(count)), m))
+
+
+def _softmax(x: relax.Expr) -> relax.Expr:
+    e = R.exp(R.subtract(x, R.max(x, axis=1, keepdims=True)))
+    return R.divide(e, R.sum(e, axis=1, keepdims=True))
+
+
+def _sigmoid_link(x: relax.Expr, node: Node) -> relax.Expr:
+    scale = float(node.attrs.scale)
+    return sigmoid(x if scale == 1.0 else R.multiply(const(scale, dtype_of(x)), x))
+
+
+def _isolation(x: relax.Expr, node: Node) -> relax.Expr:
+    dt = dtype_of(x)
+    power = R.divide(R.negative(x), const(float(node.attrs.denominator), dt))
+    return R.negative(R.power(const(2.0, dt), power))
+
+
+LINKS: dict[Link, Callable[[relax.Expr, Node], relax.Expr]] = {
+    Link.IDENTITY: lambda x, node: x,
+    Link.SIGMOID: _sigmoid_link,
+    Link.SOFTMAX: lambda x, node: _softmax(x),
+    Link.EXP: lambda x, node: R.exp(x),
+    Link.ISOLATION_SCORE: _isolation,
+    Link.LOG_SOFTMAX: lambda x, node: _log_softmax(x),
+}
+if set(LINKS) != set(Link):
+    raise RuntimeError(f"LINK kinds without a tvm lowering: {set(Link) - set(LINKS)}")
+
+
+@lowering(Op.LINK)
+def lower_link(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    return LINKS[node.attrs.kind](ins[0], node)
+
+
+@lowering(Op.BINARY_PROBA)
+def lower_binary_proba(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    p = first_column(ins[0])
+    return R.concat([R.subtract(const(1.0, dtype_of(p)), p), p], axis=1)
+
+
+@lowering(Op.ARGMAX)
+def lower_argmax(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    return _argmax_nan_first(ins[0])
+
+
+def _argmax_nan_first(x: relax.Expr) -> relax.Expr:
+    """NumPy's argmax: the first maximum, or the first NaN of a row that has one (TVM's argmax
+    compares, and a NaN compares false)."""
+    nan = R.isnan(x)
+    best = R.argmax(x, axis=1, keepdims=True)
+    first_nan = R.argmax(cast(nan, "int32"), axis=1, keepdims=True)
+    any_nan = R.max(cast(nan, "int32"), axis=1, keepdims=True)
+    return cast(R.where(R.greater(any_nan, const(0, "int32")), first_nan, best), "int64")
+
+
+@lowering(Op.THRESHOLD)
+def lower_threshold(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    x = first_column(ins[0])
+    v = const(float(node.attrs.value), dtype_of(x))
+    hit = R.greater(x, v) if node.attrs.strict else R.greater_equal(x, v)
+    return cast(hit, "int64")
+
+
+# ------------------------------------------------------------------- pipeline ops --
+@lowering(Op.LINEAR)
+def lower_linear(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    # safe_sparse_dot(X, coef_.T) + intercept_: the product, then the bias
+    return R.add(R.matmul(f64(ins[0]), const(node.attrs.weight)), const(node.attrs.bias))
+
+
+@lowering(Op.SELECT)
+def lower_select(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    cols = np.asarray(node.attrs.columns, dtype=np.int64).reshape(-1)
+    return R.take(ins[0], const(cols, "int64"), axis=1)
+
+
+@lowering(Op.CONCAT)
+def lower_concat(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    if node.attrs.float32 and any(dtype_of(x) == "float32" for x in ins):
+        return R.concat([cast(x, "float32") for x in ins], axis=1)
+    return R.concat([f64(x) for x in ins], axis=1)
+
+
+def _float32_params(mode: str, *params: Any) -> list[np.ndarray]:
+    out = [np.asarray(p, np.float64) for p in params]
+    return [p.astype(np.float32).astype(np.float64) for p in out] if mode == "cast" else out
+
+
+@lowering(Op.CENTER_SCALE)
+def lower_center_scale(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    a, x = node.attrs, ins[0]
+    if a.float32 != "never" and dtype_of(x) == "float32":  # each step rounds to float32
+        c, s = _float32_params(a.float32, a.center, a.scale)
+        y = cast(R.subtract(f64(x), const(c)), "float32")
+        return cast(R.divide(f64(y), const(s)), "float32")
+    return R.divide(R.subtract(f64(x), const(a.center)), const(a.scale))
+
+
+@lowering(Op.CLIP)
+def lower_clip(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    a, x = node.attrs, f64(ins[0])
+    low, high = const(float(a.low)), const(float(a.high))
+    # np.clip keeps NaN: both comparisons are false for it
+    out = R.where(R.less(x, low), low, R.where(R.greater(x, high), high, x))
+    return cast(out, "float32") if a.float32 and dtype_of(ins[0]) == "float32" else out
+
+
+@lowering(Op.NORMALIZE)
+def lower_normalize(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    a, x = node.attrs, f64(ins[0])
+    if a.norm == "l1":
+        norm = R.sum(R.abs(x), axis=1, keepdims=True)
+    elif a.norm == "l2":
+        norm = R.sqrt(R.sum(R.multiply(x, x), axis=1, keepdims=True))
+    else:
+        norm = R.max(R.abs(x), axis=1, keepdims=True)
+    zero = R.equal(norm, const(0.0))
+    out = R.divide(x, R.where(zero, const(1.0), norm))
+    if a.zero == "uniform":
+        out = R.where(zero, const(1.0 / int(relax.BlockBuilder.current().normalize(x).ty.shape[1])), out)
+    return out
+
+
+@lowering(Op.BINARIZE)
+def lower_binarize(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    return cast(R.greater(f64(ins[0]), const(float(node.attrs.threshold))), "float64")
+
+
+@lowering(Op.IMPUTE)
+def lower_impute(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    a, x = node.attrs, ins[0]
+    dt = "float32" if a.float32 and dtype_of(x) == "float32" else "float64"
+    x = cast(x, dt)
+    missing = np.array(a.missing, dtype=dt)  # a float32 X compares to float32(missing)
+    hit = R.isnan(x) if np.isnan(missing) else R.equal(x, const(missing, dt))
+    values = np.asarray(a.values, np.float64).astype(dt)
+    return R.where(hit, const(values, dt), x)
+
+
+@lowering(Op.WEIGHTED_SUM)
+def lower_weighted_sum(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    weights = [float(w) for w in node.attrs.weights]
+    acc = R.multiply(f64(ins[0]), const(weights[0]))
+    for x, w in zip(ins[1:], weights[1:]):
+        acc = R.add(acc, R.multiply(f64(x), const(w)))
+    return R.divide(acc, const(float(node.attrs.divisor)))
+
+
+def lower_node(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    rule = LOWERINGS.get(node.op)
+    if rule is None:  # a declared fallback: the op's NumPy rule
+        assert ctx.fallback is not None
+        return ctx.fallback(node, ins)
+    return rule(ctx, node, ins)
+
+
+FALLBACK = frozenset(op for op in Op if op is not Op.INPUT) - frozenset(LOWERINGS)
+__all__ = ["FALLBACK", "LOWERINGS", "Context", "lower_node"]
