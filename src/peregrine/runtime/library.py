@@ -46,10 +46,10 @@ def export_library(compiled: Any, path: str | os.PathLike, *, target: str = "x86
     t, where = aot.resolve_target(target, cpu)
     low = aot.lower(compiled.spec, compiled.options, t, where,
                     None if methods is None else list(methods))
-    obj = aot.emit_object(low, t, where)
+    objects = aot.emit_objects(low, t, where)
     out = Path(os.fspath(path))
     head = out.with_suffix(".h") if header is None else Path(os.fspath(header))
-    aot_c.link(aot_c.source(low, prefix), obj, aot_c.version_script(low, prefix), out,
+    aot_c.link(aot_c.source(low, prefix), objects, aot_c.version_script(low, prefix), out,
                cc or t.cc())
     text = aot_c.header(low, prefix, __version__)
     tmp = head.with_name(f".{head.name}.tmp{os.getpid()}")

@@ -12,8 +12,9 @@ runtime (``aot_c.py``) wraps them into one public function per method and input 
 Steps:
   lower      spec -> :class:`Lowered`: per (method, input dtype) a list of kernel calls over
              row-block buffers, the kernel specs and the data blobs (``Lowered``)
-  emit       kernel specs and data -> one LLVM module -> optimised -> object for the triple
-  link       C runtime + object -> ``cc -shared`` (``aot_c.link``)
+  emit       each kernel spec -> optimised object for the triple (cached on disk), and one
+             object of the constant data (``emit_objects``)
+  link       C runtime + objects -> ``cc -shared`` (``aot_c.link``)
 
 Why the kernels keep their descriptor interface rather than baking the model into code: the
 same kernel (and so the same bits) as in the process, and compile time that does not grow with
@@ -23,13 +24,16 @@ the number of nodes.
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 import re
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from peregrine import config
 from peregrine.backends.native import NATIVE_OPS
 from peregrine.backends.native.codegen import DESC, SCALARS
 from peregrine.backends.native.executable import FusedForest, fuse_plan, kernel_spec
@@ -196,8 +200,9 @@ def lower(spec: Any, options: CompileOptions, target: AotTarget, cpu: jit.Target
              else list(methods))
     missing = [m for m in names if m not in spec.methods]
     if missing or not names:
-        raise UnsupportedModelError(f"{spec.source} has no method(s) {missing or names}; "
-                                    f"available: {', '.join(spec.methods)}")
+        what = f"has no {', '.join(missing)}" if missing else "no methods asked for"
+        raise UnsupportedModelError(f"{spec.source}: {what}; available: "
+                                    f"{', '.join(spec.methods)}")
     outputs = {m: graph.outputs[spec.methods[m].output] for m in names}
     foreign = sorted({n.op.name for n in graph.steps(outputs.values())
                       if n.op not in NATIVE_OPS})
@@ -217,8 +222,7 @@ def lower(spec: Any, options: CompileOptions, target: AotTarget, cpu: jit.Target
         low.widths[m] = 1 if method.squeeze else int(node.width or 1)
         narrow = narrow_outputs(spec, (method.output,))[0]
         for dt in DTYPES:
-            low.programs.append(_lower_method(low, spec, options, target, cpu, m, node,
-                                              narrow, dt))
+            low.programs.append(_lower_method(low, spec, options, cpu, m, node, narrow, dt))
     return low
 
 
@@ -226,8 +230,8 @@ def _label_text(v: Any) -> str:
     return v if isinstance(v, str) else str(v)
 
 
-def _lower_method(low: Lowered, spec: Any, options: CompileOptions, target: AotTarget,
-                  cpu: jit.Target, m: str, node: Node, narrow: bool, dt: str) -> MethodProgram:
+def _lower_method(low: Lowered, spec: Any, options: CompileOptions, cpu: jit.Target, m: str,
+                  node: Node, narrow: bool, dt: str) -> MethodProgram:
     graph = spec.graph
     method = spec.methods[m]
     X = Buffer("X", dt, spec.n_features, spec.n_features)
@@ -243,7 +247,7 @@ def _lower_method(low: Lowered, spec: Any, options: CompileOptions, target: AotT
     # an output of row-wise ops only: the one row kernel the process runs for it
     whole = rowwise.plan(graph, [node.name], [narrow], dt)
     if whole is not None:
-        out = _rows_call(low, whole, X, [node.name], "v0")
+        out = _rows_call(low, whole, X, "v0")
         return MethodProgram(m, dt, (out,), out.dsts[0], round32)
     # the rules' dtype flow: which values are float32 for this input dtype
     f32 = {}
@@ -252,18 +256,18 @@ def _lower_method(low: Lowered, spec: Any, options: CompileOptions, target: AotT
                        n.attrs.float32_out([f32[i] for i in n.inputs]))
     buffers = {graph_input(graph).name: X}
     plan = fuse_plan(graph, {node.name})
-    readers = _readers(plan, node.name)
     segment: list[Node] = []
 
     def close() -> None:
         if segment:
-            calls.append(_segment(low, spec, segment, buffers, readers, f32))
+            calls.append(_segment(low, spec, segment, buffers, _read_outside(
+                plan, segment, node.name), f32))
             segment.clear()
 
     for step in plan:
         if isinstance(step, FusedForest):
             close()
-            calls.append(_forest_call(low, step, buffers, options, target, cpu, len(buffers)))
+            calls.append(_forest_call(low, step, buffers, options, cpu, len(buffers)))
             buffers[step.end] = calls[-1].dst
         elif step.op is not Op.INPUT:
             if segment:
@@ -280,13 +284,14 @@ def graph_input(graph: Graph) -> Node:
     return next(n for n in graph.nodes if n.op is Op.INPUT)
 
 
-def _readers(plan: list, output: str) -> set[str]:
-    """Values read by a later step or returned: what a segment must store."""
+def _read_outside(plan: list, segment: list[Node], output: str) -> set[str]:
+    """Values read by steps outside ``segment`` or returned: what the segment must store."""
+    inside = {n.name for n in segment}
     out = {output}
     for step in plan:
         if isinstance(step, FusedForest):
             out.update(step.tree.inputs)
-        else:
+        elif step.name not in inside:
             out.update(step.inputs)
     return out
 
@@ -322,12 +327,12 @@ def _segment(low: Lowered, spec: Any, segment: list[Node], buffers: dict[str, Bu
             f"{spec.source}: ops {', '.join(n.op.name for n in segment)} do not fit one "
             f"fused row kernel (widths up to {rowwise.MAX_WIDTH}, {rowwise.MAX_WEIGHTS} "
             "weights); not exportable")
-    call = _rows_call(low, plan, src, wanted, f"v{len(buffers)}")
+    call = _rows_call(low, plan, src, f"v{len(buffers)}")
     buffers.update(zip(wanted, call.dsts))
     return call
 
 
-def _rows_call(low: Lowered, plan: Any, src: Buffer, wanted: list[str], stem: str) -> RowsCall:
+def _rows_call(low: Lowered, plan: Any, src: Buffer, stem: str) -> RowsCall:
     low.kernels[plan.spec.symbol] = plan.spec
     dsts = tuple(Buffer(f"{stem}_{k}", dtype, w, w)
                  for k, (dtype, w) in enumerate(zip(plan.out_dtypes, plan.out_widths)))
@@ -335,8 +340,7 @@ def _rows_call(low: Lowered, plan: Any, src: Buffer, wanted: list[str], stem: st
 
 
 def _forest_call(low: Lowered, step: FusedForest, buffers: dict[str, Buffer],
-                 options: CompileOptions, target: AotTarget, cpu: jit.Target,
-                 index: int) -> ForestCall:
+                 options: CompileOptions, cpu: jit.Target, index: int) -> ForestCall:
     forest = step.tree.attrs.forest
     src = buffers[step.tree.inputs[0]]
     if src.dtype == "int64":
@@ -376,35 +380,67 @@ def _forest_call(low: Lowered, step: FusedForest, buffers: dict[str, Buffer],
 
 
 # ------------------------------------------------------------------------------ emit --
-def emit_object(low: Lowered, target: AotTarget, cpu: jit.Target) -> bytes:
-    """Every kernel and the constant data in one module, optimised as the JIT optimises
-    (O3, no fast-math, no FMA contraction: the same arithmetic), emitted as position-
-    independent object code for the target."""
+def emit_objects(low: Lowered, target: AotTarget, cpu: jit.Target) -> list[bytes]:
+    """Object code for the target: one object per kernel, optimised as the JIT optimises (O3,
+    no fast-math, no FMA contraction: the same arithmetic) and cached on disk like the JIT's
+    (``<cache dir>/aot``: a model of a known shape costs no LLVM time), then one object with
+    the constant data and the store functions. Position-independent code throughout."""
     import llvmlite.binding as llvm
-    from llvmlite import ir
 
     _init_targets()
     tm = llvm.Target.from_triple(target.triple).create_target_machine(
         cpu=cpu.cpu, features=cpu.features, opt=3, reloc="pic", codemodel="default")
-    data = ir.Module(name="peregrine_data")
-    data.triple = target.triple
+    objects = []
+    for symbol in sorted(low.kernels):
+        spec = low.kernels[symbol]
+        key = hashlib.sha256(f"{jit.cache_key(spec, cpu)}|{target.triple}|pic".encode())
+        path = config.cache_dir() / "aot" / f"{key.hexdigest()[:32]}.o"
+        try:
+            obj = path.read_bytes()
+        except OSError:
+            obj = b""
+        if not obj.startswith(b"\x7fELF"):
+            obj = _compile(tm, str(spec.build_ir(target.triple)), target)
+            _write_atomic(path, obj)
+        objects.append(obj)
+    return [*objects, _compile(tm, _data_module(low, target), target)]
+
+
+def _data_module(low: Lowered, target: AotTarget) -> str:
+    from llvmlite import ir
+
+    data = store_module(target.triple)
     for name, raw in sorted(low.data.items()):
         ty = ir.ArrayType(ir.IntType(8), len(raw))
         g = ir.GlobalVariable(data, ty, name=name)
         g.global_constant = True
         g.initializer = ir.Constant(ty, bytearray(raw))
         g.align = 64
-    mod = llvm.parse_assembly(str(data))
-    mod.link_in(llvm.parse_assembly(str(store_module(target.triple))))
-    for symbol in sorted(low.kernels):
-        mod.link_in(llvm.parse_assembly(str(low.kernels[symbol].build_ir(target.triple))))
+    return str(data)
+
+
+def _compile(tm: Any, text: str, target: AotTarget) -> bytes:
+    import llvmlite.binding as llvm
+
+    mod = llvm.parse_assembly(text)
     mod.triple = target.triple
     mod.data_layout = str(tm.target_data)
     mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pb = llvm.create_pass_builder(tm, pto)
+    pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=3))
     pb.getModulePassManager().run(mod, pb)
     return tm.emit_object(mod)
+
+
+def _write_atomic(path: Any, data: bytes) -> None:
+    """Concurrent exports may race to fill the cache; rename makes each write whole."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs recompilation
 
 
 # The result's copy out, one function per stored dtype (``aot_c`` calls them): in IR rather

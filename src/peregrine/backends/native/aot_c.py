@@ -266,8 +266,8 @@ def _c_string(text: str) -> str:
 
 
 # ------------------------------------------------------------------------------ link --
-def link(c_text: str, obj: bytes, version_map: str, out_path: Path, cc: str) -> None:
-    """``cc -shared`` the runtime and the kernels' object into ``out_path`` (written whole or
+def link(c_text: str, objects: list[bytes], version_map: str, out_path: Path, cc: str) -> None:
+    """``cc -shared`` the runtime and the kernels' objects into ``out_path`` (written whole or
     not at all). Only libc and libm are linked (libm as needed: exp, log, pow)."""
     if shutil.which(cc) is None:
         raise UnsupportedModelError(
@@ -277,12 +277,15 @@ def link(c_text: str, obj: bytes, version_map: str, out_path: Path, cc: str) -> 
     with tempfile.TemporaryDirectory(prefix="peregrine-aot-") as tmp:
         d = Path(tmp)
         (d / "runtime.c").write_text(c_text)
-        (d / "kernels.o").write_bytes(obj)
+        names = []
+        for i, obj in enumerate(objects):
+            names.append(str(d / f"kernels{i}.o"))
+            Path(names[-1]).write_bytes(obj)
         (d / "exports.map").write_text(version_map)
         lib = d / out_path.name
         cmd = [cc, "-shared", "-fPIC", "-O2", "-std=c11", "-ffp-contract=off",
                "-fno-fast-math", "-fvisibility=hidden", "-o", str(lib),
-               str(d / "runtime.c"), str(d / "kernels.o"),
+               str(d / "runtime.c"), *names,
                f"-Wl,--version-script={d / 'exports.map'}", f"-Wl,-soname,{out_path.name}",
                "-Wl,-z,noexecstack", "-Wl,--no-undefined", "-Wl,--as-needed", "-lm"]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
