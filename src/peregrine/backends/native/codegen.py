@@ -27,11 +27,13 @@ from dataclasses import asdict, dataclass
 
 from llvmlite import ir
 
+from peregrine.backends.native.binned import TILE_SLACK, BinnedWalks
 from peregrine.backends.native.epilogue import Interpreter
 from peregrine.backends.native.walks import Walks
 from peregrine.kernels.irutil import (
     F64,
     FLOATS,
+    I8,
     I32,
     I64,
     PERMUTES,
@@ -49,7 +51,7 @@ ARGS = ("X", "stride", "rb", "re", "tb", "te", "desc", "out", "fin", "out_stride
 ARG_SCALARS = ("stride", "rb", "re", "tb", "te", "fin", "out_stride")
 # descriptor slots (i64 each): pointers to the packed arrays, then scalars
 DESC = ("feat", "thr", "kid", "node", "top", "leaf", "tree_root", "tree_leaf", "tree_col", "tree_depth",
-        "cat_bits", "cat_unknown", "n_cat_words", "divisor", "base", "n_features", "top_stride")
+        "cat_bits", "cat_unknown", "n_cat_words", "divisor", "base", "bins", "n_features", "top_stride")
 SCALARS = ("n_cat_words", "n_features", "top_stride")
 CONTIGUOUS_LEVELS = 1  # levels whose x comes from whole-row loads and selects, not gathers
 CACHE_ROWS_BYTES = 64 << 10  # stack buffer for a transposed row tile (see Schedule.cache_rows)
@@ -57,8 +59,8 @@ CACHE_ROWS_BYTES = 64 << 10  # stack buffer for a transposed row tile (see Sched
 
 @dataclass(frozen=True)
 class KernelSpec:
-    layout: str  # "perfect" | "sparse"
-    depth: int  # PERFECT: levels walked (0 for SPARSE: its walks read the depth per tree)
+    layout: str  # "perfect" | "sparse" | "binned" (representations.py)
+    depth: int  # PERFECT/BINNED: levels walked (0 for SPARSE: its walks read the depth per tree)
     x_dtype: str
     cmp_dtype: str
     leaf_dtype: str
@@ -82,6 +84,7 @@ class KernelSpec:
     row_tile: int
     tree_tile: int
     loop_order: str
+    binned_regs: int = 0  # BINNED: 64-byte registers holding one walk group's byte tile
 
     def build_ir(self, triple: str) -> ir.Module:
         return build_module(self, triple)
@@ -104,7 +107,7 @@ def build_module(spec: KernelSpec, triple: str = "") -> ir.Module:
     return module
 
 
-class _Kernel(Walks):
+class _Kernel(Walks, BinnedWalks):
     def __init__(self, module: ir.Module, fn: ir.Function, spec: KernelSpec) -> None:
         self.spec = spec
         entry = fn.append_basic_block("entry")
@@ -136,7 +139,11 @@ class _Kernel(Walks):
         self.acc1 = self.loops.var(ir.ArrayType(self.st, spec.n_outputs), name="acc1")
         self.by_rows = spec.lanes == "rows"
         self.cache_rows = spec.cache_rows and spec.vector_width > 1 and self.by_rows
-        if self.cache_rows:  # the row tile, transposed to [block][walk][feature][lane]
+        self.binned = spec.layout == "binned"
+        if self.cache_rows and self.binned:  # [block][walk][feature][lane] bins, one byte each
+            self.tile = self.loops.var(ir.ArrayType(I8, CACHE_ROWS_BYTES + TILE_SLACK),
+                                       name="rows")
+        elif self.cache_rows:  # the row tile, transposed to [block][walk][feature][lane]
             n = CACHE_ROWS_BYTES // align(self.ct)
             self.tile = self.loops.var(ir.ArrayType(self.ct, n), name="rows")
         if not self.by_rows:
@@ -207,6 +214,9 @@ class _Kernel(Walks):
             f32 = b.trunc(f, I32)
             for k in range(K):
                 x = self.convert(v.gather(xb, self.xt, b.add(offs[k], v.splat(f32))))
+                if self.binned:
+                    self.store_bins(dst, k, f32, x)
+                    continue
                 at = b.mul(b.add(b.mul(ir.Constant(I32, k), self.nf), f32), ir.Constant(I32, V))
                 b.store(x, gep(b, dst, [at], source_etype=self.ct), align=align(self.ct))
 
@@ -298,7 +308,7 @@ class _Kernel(Walks):
     def tree(self, t: ir.Value) -> None:
         s, b, v = self.spec, self.b, self.v
         at = lambda name: b.load(gep(b, self.d[name], [t], source_etype=I32), typ=I32)  # noqa: E731
-        if s.layout == "perfect":  # tree t: slots from t * (2**depth - 1), leaves from t << depth
+        if s.layout in ("perfect", "binned"):  # slots from t * (2**depth - 1), leaves t << depth
             t32 = b.trunc(t, I32)
             root = b.mul(t32, ir.Constant(I32, 2**s.depth - 1))
             leaf0 = v.splat(b.shl(t32, ir.Constant(I32, s.depth)))
@@ -322,6 +332,8 @@ class _Kernel(Walks):
         kbase = b.mul(ir.Constant(I32, k * v.w), self.nf)
 
         def row_vector(word):  # every lane reads one feature: a contiguous load
+            if self.binned:
+                return self.binned_row_vector(k, word)
             at = b.add(kbase, b.mul(self.feature(word), ir.Constant(I32, v.w)))
             return b.load(gep(b, self.xblock, [at], source_etype=self.ct), typ=v.ty(self.ct),
                           align=align(self.ct))
@@ -339,6 +351,8 @@ class _Kernel(Walks):
                 out = x_i if out is None else b.select(
                     b.icmp_signed("==", idx, v.const(I32, i)), x_i, out)
             return out
+        if self.binned:
+            return self.binned_lookup(k, f)
         shift = v.const(I32, v.w.bit_length() - 1)
         return v.gather(self.xblock, self.ct, b.add(b.shl(self.feature(f), shift),
                                                     self.lane_base[k]))

@@ -33,7 +33,7 @@ from peregrine.backends.native.codegen import (
     row_register_capacity,
 )
 from peregrine.backends.native.layout import TOP_LEVELS, PackedForest, pack
-from peregrine.backends.native.schedule import Lanes, Parallel, Schedule
+from peregrine.backends.native.schedule import Lanes, Layout, Parallel, Schedule
 from peregrine.errors import InputError
 from peregrine.ir import Forest, Node, Op
 from peregrine.ir.semantics.trees import compute_dtype
@@ -70,9 +70,15 @@ def kernel_spec(packed: PackedForest, schedule: Schedule, x_dtype: np.dtype,
                   <= CACHE_ROWS_BYTES)
     capacity = row_register_capacity(target.isa, schedule.vector_width,
                                      FLOATS[packed.cmp_dtype.name])
+    binned = packed.layout is Layout.BINNED
+    if binned:  # its walks read inputs only from the quantised tile, one byte per value
+        if schedule.row_tile * n_features > CACHE_ROWS_BYTES:
+            raise ValueError(f"a binned schedule needs row_tile x features <= "
+                             f"{CACHE_ROWS_BYTES} bytes, got {schedule}")
+        cache_rows = True
     return KernelSpec(
         layout=packed.layout.value,
-        depth=packed.depth if packed.layout.value == "perfect" else 0,
+        depth=packed.depth if packed.layout is not Layout.SPARSE else 0,
         x_dtype=np.dtype(x_dtype).name,
         cmp_dtype=packed.cmp_dtype.name,
         leaf_dtype=packed.leaf_dtype.name,
@@ -97,6 +103,8 @@ def kernel_spec(packed: PackedForest, schedule: Schedule, x_dtype: np.dtype,
         row_tile=schedule.row_tile,
         tree_tile=schedule.tree_tile,
         loop_order=schedule.loop_order.value,
+        # a walk group's byte tile, 16 bytes per feature, in whole register pairs
+        binned_regs=2 * -(-n_features // 8) if binned else 0,
     )
 
 
@@ -142,7 +150,7 @@ class ForestProgram:
         pkey = (cmp, schedule.layout, schedule.reorder_trees)  # what packing depends on
         packed = self._packs.get(pkey)
         if packed is None:
-            packed = self._packs[pkey] = pack(self.forest, schedule, cmp)
+            packed = self._packs[pkey] = pack(self.forest, schedule, cmp, self.target)
         spec = kernel_spec(packed, schedule, cmp, self.target, self.n_features)
         address, origin = jit.kernel_address(spec, self.target)
         desc = np.zeros(len(DESC), np.int64)

@@ -8,14 +8,7 @@ Per node (one slot): a feature word (int32; low 29 bits the feature, then flag b
 threshold in the comparison dtype (and, for float32 compares, both in one int64 word), already rounded by ``Forest.thresholds_for`` so that the one
 rule ``x <= t`` is exact. Categorical nodes keep their bitset row in the threshold's bits.
 
-* PERFECT: tree t occupies slots ``[t * (2**D - 1), (t+1) * (2**D - 1))`` in level order; the
-  children of slot i are 2i+1 and 2i+2, so no child array is read. Tree t's leaves start at
-  ``t << D``. A leaf above depth D becomes
-  a dummy split whose whole subtree of leaf slots repeats its value, so the direction the dummy
-  takes never matters. Leaf values: ``2**D`` per tree.
-* SPARSE: nodes in breadth-first order per tree, with ``kid[i]`` the left child and the right
-  child at ``kid[i] + 1``. A leaf is a self-loop: threshold NaN sends every value right (no flag
-  bits set) and ``kid = self - 1``, so walks may run past a leaf without a leaf test.
+The representations themselves (PERFECT, SPARSE, BINNED) are plugins in representations.py.
 """
 
 from __future__ import annotations
@@ -24,17 +17,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from peregrine.backends.native.schedule import Layout, Schedule
+from peregrine.backends.native.representations import (
+    CATEGORICAL,
+    FEATURE_MASK,
+    MISSING_ZERO,
+    NAN_LEFT,
+    REPRESENTATIONS,
+    aligned,
+)
+from peregrine.backends.native.schedule import Lanes, Layout, Schedule
 from peregrine.ir import Aggregation, Forest
 
-NAN_LEFT = 1 << 31  # missing values go left
-MISSING_ZERO = 1 << 30  # |x| <= 1e-35 is missing too (LightGBM MissingType::Zero)
-CATEGORICAL = 1 << 29  # threshold bits hold the cat_bitsets row
-FEATURE_MASK = CATEGORICAL - 1
-PAD_SLOTS = 64  # >= MAX_TABLE_REGS * 16 lanes
+__all__ = ["CATEGORICAL", "FEATURE_MASK", "MISSING_ZERO", "NAN_LEFT", "PackedForest",
+           "choose_layout", "pack"]
+
 TOP_LEVELS = 4  # levels stored slot-major for tree-lane walks (15 slots per tree)
 TOP_PAD = 512  # >= lanes x walks of any schedule
-MAX_PERFECT_BYTES = 256 << 20  # beyond this padding costs more than it saves: use SPARSE
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,6 +63,7 @@ class PackedForest:
     tree_depth: np.ndarray  # int32 walk steps of each packed tree (SPARSE)
     order: np.ndarray  # int64 original index of each packed tree
     cat_bits: np.ndarray  # uint32 [n_cat * n_cat_words]
+    bins: np.ndarray  # BINNED: cmp_dtype [n_features * BIN_SLOTS] sorted thresholds per feature
     cat_unknown: np.ndarray  # uint8 [n_cat]
     n_cat_words: int
     divisor: np.ndarray  # float64 [n_outputs]
@@ -85,19 +84,25 @@ class PackedForest:
 
     def arrays(self) -> dict[str, np.ndarray]:
         names = ("feat", "thr", "kid", "node", "top", "leaf", "tree_root", "tree_leaf", "tree_col",
-                 "tree_depth", "order", "cat_bits", "cat_unknown", "divisor", "base")
+                 "tree_depth", "order", "cat_bits", "cat_unknown", "divisor", "base", "bins")
         return {k: getattr(self, k) for k in names}
 
 
-def choose_layout(forest: Forest, requested: Layout) -> Layout:
-    """PERFECT unless padding every tree to the deepest one would be too large."""
-    if requested is Layout.SPARSE:
-        return Layout.SPARSE
-    depth = forest.max_depth()
-    slot_bytes = 8 + 8 * forest.value_width
-    if depth > 16 or forest.n_trees * (2 ** depth) * slot_bytes > MAX_PERFECT_BYTES:
-        return Layout.SPARSE
-    return Layout.PERFECT
+def choose_layout(forest: Forest, requested: Layout, cmp_dtype: np.dtype | None = None,
+                  target=None, lanes: Lanes = Lanes.ROWS, vector_width: int = 16) -> Layout:
+    """The requested representation where it can hold this forest (BINNED also needs the
+    target, and 16 row lanes: a 64-byte register of bytes), else PERFECT, else SPARSE, which
+    holds any forest."""
+    order = [requested, Layout.PERFECT, Layout.SPARSE]
+    for layout in order:
+        if layout is Layout.BINNED and (target is None or lanes is not Lanes.ROWS
+                                        or vector_width != 16):
+            continue
+        why = REPRESENTATIONS[layout].unsupported(forest, np.dtype(cmp_dtype or np.float32),
+                                                  target)
+        if why is None:
+            return layout
+    return Layout.SPARSE
 
 
 def leaf_dtype(forest: Forest) -> np.dtype:
@@ -109,9 +114,12 @@ def leaf_dtype(forest: Forest) -> np.dtype:
     return np.dtype(np.float32 if exact else np.float64)
 
 
-def pack(forest: Forest, schedule: Schedule, cmp_dtype: np.dtype) -> PackedForest:
+def pack(forest: Forest, schedule: Schedule, cmp_dtype: np.dtype, target=None) -> PackedForest:
+    """``target``: the CPU the kernel runs on (representations that need an instruction, such as
+    BINNED's byte permutes, are only chosen with one)."""
     cmp_dtype = np.dtype(cmp_dtype)
-    layout = choose_layout(forest, schedule.layout)
+    layout = choose_layout(forest, schedule.layout, cmp_dtype, target, schedule.lanes,
+                           schedule.vector_width)
     words, thr = _node_words(forest, cmp_dtype)
     depths = forest.tree_depths().astype(np.int32)
     order = np.arange(forest.n_trees, dtype=np.int64)
@@ -122,9 +130,8 @@ def pack(forest: Forest, schedule: Schedule, cmp_dtype: np.dtype) -> PackedFores
         # off), and never for float32 sums, where the order moves results by far more.
         order = np.lexsort((depths, forest.tree_group)) if forest.value_width == 1 else (
             np.argsort(depths, kind="stable"))
-    pack_fn = _pack_perfect if layout is Layout.PERFECT else _pack_sparse
     ldt = leaf_dtype(forest)
-    nodes = pack_fn(forest, order, words, thr, cmp_dtype, ldt)
+    nodes = REPRESENTATIONS[layout].pack_nodes(forest, order, words, thr, cmp_dtype, ldt)
     nodes["node"] = _node_pairs(nodes["feat"], nodes["thr"])
     nodes["top"], nodes["top_stride"] = _top_levels(nodes["node"], layout, forest.max_depth(),
                                                    forest.n_trees)
@@ -174,76 +181,13 @@ def _node_words(forest: Forest, cmp_dtype: np.dtype) -> tuple[np.ndarray, np.nda
     return words.astype(np.uint32).view(np.int32), thr
 
 
-def _pack_perfect(forest: Forest, order, words, thr, cmp_dtype, ldt) -> dict:
-    depth = forest.max_depth()
-    n = len(order)
-    is_leaf = forest.is_leaf
-    cur = forest.tree_offsets[:-1][order][:, None]  # (trees, nodes at this level)
-    feat_levels, thr_levels = [], []
-    for _ in range(depth):
-        leaf = is_leaf[cur]
-        feat_levels.append(np.where(leaf, 0, words[cur]))
-        thr_levels.append(np.where(leaf, 0, thr[cur]).astype(cmp_dtype))
-        # a leaf's "children" are itself, so its value fills its whole padded subtree
-        kids = np.stack([np.where(leaf, cur, forest.left[cur]),
-                         np.where(leaf, cur, forest.right[cur])], axis=2)
-        cur = kids.reshape(n, -1)
-    # 2**depth - 1 slots per tree: a power-of-two stride would map every tree's root to the
-    # same few cache sets
-    empty_i, empty_t = np.zeros((n, 0), np.int32), np.zeros((n, 0), cmp_dtype)
-    feat = np.concatenate(feat_levels, axis=1) if feat_levels else empty_i
-    thr_all = np.concatenate(thr_levels, axis=1) if thr_levels else empty_t
-    leaf = forest.value[cur.reshape(-1)].astype(ldt)  # (trees * 2**depth, width)
-    return dict(
-        feat=_pad(feat.reshape(-1).astype(np.int32)),
-        thr=_pad(thr_all.reshape(-1).astype(cmp_dtype)),
-        kid=np.zeros(1, np.int32),
-        leaf=np.ascontiguousarray(leaf.reshape(-1)),
-        tree_root=(np.arange(n, dtype=np.int64) * (2**depth - 1)).astype(np.int32),
-        tree_leaf=(np.arange(n, dtype=np.int64) << depth).astype(np.int32),
-    )
-
-
-def _pack_sparse(forest: Forest, order, words, thr, cmp_dtype, ldt) -> dict:
-    # Breadth-first numbering per tree, computed for all trees at once: walk the levels of the
-    # whole forest together, then sort the visited nodes by (packed tree, level, position).
-    rank_of_tree = np.empty(forest.n_trees, np.int64)
-    rank_of_tree[order] = np.arange(len(order))
-    tree_of = forest.tree_of_node()
-    level_nodes = [forest.tree_offsets[:-1][order]]
-    while True:
-        cur = level_nodes[-1]
-        cur = cur[~forest.is_leaf[cur]]
-        if cur.size == 0:
-            break
-        level_nodes.append(np.stack([forest.left[cur], forest.right[cur]], 1).reshape(-1))
-    nodes = np.concatenate(level_nodes)
-    level = np.repeat(np.arange(len(level_nodes)), [len(x) for x in level_nodes])
-    pos = np.arange(len(nodes))
-    nodes = nodes[np.lexsort((pos, level, rank_of_tree[tree_of[nodes]]))]
-    new_id = np.full(forest.n_nodes, -1, np.int64)
-    new_id[nodes] = np.arange(len(nodes))
-    leaf = forest.is_leaf[nodes]
-    kid = np.where(leaf, new_id[nodes] - 1, new_id[np.maximum(forest.left[nodes], 0)])
-    nan = np.array(np.nan, dtype=cmp_dtype)
-    values = np.zeros((len(nodes), forest.value_width), ldt)
-    values[leaf] = forest.value[nodes[leaf]]
-    return dict(
-        feat=words[nodes].astype(np.int32),
-        thr=np.where(leaf, nan, thr[nodes]).astype(cmp_dtype),
-        kid=kid.astype(np.int32),
-        leaf=np.ascontiguousarray(values.reshape(-1)),
-        tree_root=new_id[forest.tree_offsets[:-1][order]].astype(np.int32),
-        tree_leaf=np.zeros(len(order), np.int32),
-    )
-
-
 def _node_pairs(feat: np.ndarray, thr: np.ndarray) -> np.ndarray:
     """Feature word and float32 threshold in one 64-bit word, so a walk gathers one element
     per node instead of two (a gather costs per element loaded)."""
-    if thr.dtype != np.float32:
-        return np.zeros(1, np.int64)  # float64 thresholds do not fit beside a feature
-    out = _aligned(feat.size, np.int64)
+    if thr.dtype != np.float32 or thr.size != feat.size:
+        # float64 thresholds do not fit beside a feature; BINNED keeps no thresholds
+        return np.zeros(1, np.int64)
+    out = aligned(feat.size, np.int64)
     out[:] = (feat.astype(np.int64) << 32) | thr.view(np.uint32).astype(np.int64)
     return out
 
@@ -256,23 +200,8 @@ def _top_levels(pairs: np.ndarray, layout: Layout, depth: int, n_trees: int):
     if layout is not Layout.PERFECT or pairs.size == 1 or slots == 0:
         return np.zeros(1, np.int64), 0
     stride = -(-n_trees // TOP_PAD) * TOP_PAD  # walks may read a whole group past the last tree
-    out = _aligned(slots * stride, np.int64)
+    out = aligned(slots * stride, np.int64)
     out[:] = 0
     per_tree = pairs[: n_trees * (2**depth - 1)].reshape(n_trees, 2**depth - 1)
     out.reshape(slots, stride)[:, :n_trees] = per_tree[:, :slots].T
     return out, stride
-
-
-def _pad(a: np.ndarray) -> np.ndarray:
-    """Kernels load a tree's first slots as whole registers (up to 32 lanes), which may run past
-    the last tree's slots: pad so those loads stay inside the array. The copy is 64-byte
-    aligned, so gathers of the top levels touch as few lines as possible."""
-    out = _aligned(a.size + PAD_SLOTS, a.dtype)
-    out[: a.size] = a
-    return out
-
-
-def _aligned(n: int, dtype: np.dtype, align: int = 64) -> np.ndarray:
-    raw = np.zeros(n * np.dtype(dtype).itemsize + align, np.uint8)
-    start = -raw.ctypes.data % align
-    return raw[start: start + n * np.dtype(dtype).itemsize].view(dtype)

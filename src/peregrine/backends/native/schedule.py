@@ -29,6 +29,9 @@ class Layout(enum.Enum):
 
     PERFECT = "perfect"  # array layout: every tree padded to the model's depth, children 2i+1/2i+2
     SPARSE = "sparse"  # node arrays with a child index, children adjacent, leaves self-loop
+    # PERFECT slots with inputs quantised to per-feature threshold ranks: a row tile becomes
+    # bytes that byte permutes (AVX-512 VBMI) index, so walks gather no inputs (representations.py)
+    BINNED = "binned"
 
 
 class LoopOrder(enum.Enum):

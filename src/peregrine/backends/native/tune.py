@@ -25,6 +25,7 @@ import numpy as np
 from peregrine import config
 from peregrine.backends.native.codegen import CACHE_ROWS_BYTES
 from peregrine.backends.native.layout import choose_layout
+from peregrine.backends.native.representations import REPRESENTATIONS
 from peregrine.backends.native.schedule import Lanes, Layout, Schedule
 from peregrine.ir import Forest
 from peregrine.options import CompileOptions
@@ -61,6 +62,9 @@ def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
         return Choice(batch_s, few, few_rows_max(batch_s), "; ".join(why))
     lanes = 16 if target.isa == "avx512" else 8
     perfect = layout is Layout.PERFECT
+    batch_layout = cheapest_layout(forest, target, layout)
+    if batch_layout is not layout:
+        why.append(f"batches: {batch_layout.value} layout (no input gathers)")
     # perfect walks read levels 1-6 from registers and need fewer walks to hide the rest;
     # sparse walks gather every level (feature and threshold as one 64-bit word: 25% faster
     # measured on a depth-35 random forest) and want more walks in flight
@@ -71,7 +75,9 @@ def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
     itemsize = 4 if forest.input_dtype == np.float32 else 8  # float64 inputs compare in float64
     fit = CACHE_ROWS_BYTES // (itemsize * max(1, forest.n_features)) // block * block
     tile = min(3 * block, fit) if fit >= block else 3 * block
-    batch_s = Schedule(layout=layout, vector_width=lanes, interleave=walks, row_tile=tile,
+    if batch_layout is Layout.BINNED:  # a byte per input value: the tile always fits
+        tile = min(3 * block, CACHE_ROWS_BYTES // max(1, forest.n_features) // block * block)
+    batch_s = Schedule(layout=batch_layout, vector_width=lanes, interleave=walks, row_tile=tile,
                        cache_rows=fit >= block, node_pairs=not perfect)
     if fit < block:
         why.append(f"{forest.n_features} features: rows read in place, not cached")
@@ -83,6 +89,16 @@ def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
     why.append(f"batches: {walks} walks x {lanes} rows per {lanes * 32}-bit vector; "
                f"<= {few_rows_max(batch_s)} rows: {tree_walks} walks x {lanes} trees")
     return Choice(batch_s, few, few_rows_max(batch_s), "; ".join(why))
+
+
+def cheapest_layout(forest: Forest, target: Any, layout: Layout) -> Layout:
+    """``layout`` or a representation derived from it (BINNED from PERFECT) that can hold the
+    forest on this target and that the cost hints rank lower (representations.py)."""
+    cmp = np.dtype(forest.input_dtype if forest.input_dtype == np.float32 else np.float64)
+    options = [layout] + ([Layout.BINNED] if layout is Layout.PERFECT else [])
+    usable = [lay for lay in options if choose_layout(forest, lay, cmp, target) is lay]
+    return min(usable, key=lambda lay: REPRESENTATIONS[lay].cost(forest, target),
+               default=layout)
 
 
 def few_rows_max(batch: Schedule) -> int:

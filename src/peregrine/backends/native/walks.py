@@ -37,6 +37,7 @@ class Walks:
         allows: level 0 is a scalar load, levels whose nodes fit in a few registers are lane
         permutes of the tree's first slots (AVX2/AVX-512), deeper levels gather."""
         s, b, v, K = self.spec, self.b, self.v, self.spec.interleave
+        binned = s.layout == "binned"
         idx = [v.const(I32, 0)] * K
         tables: dict[tuple[str, int], ir.Value] = {}
 
@@ -52,17 +53,23 @@ class Walks:
             regs = max(1, 2**level // v.w)  # registers that hold the whole level
             start = 0 if 2 * first + 1 <= v.w else first
             starts = [start + j * v.w for j in range(regs)]
-            use_table = root is not None and regs <= MAX_TABLE_REGS
+            # BINNED nodes are one word, so twice as many levels fit the same registers
+            use_table = root is not None and regs <= MAX_TABLE_REGS * (2 if binned else 1)
             nodes = []
             for k in range(K):
                 if level == 0 and root is not None:
                     f = b.load(gep(b, self.d["feat"], [root], source_etype=I32), typ=I32)
-                    t = b.load(gep(b, self.d["thr"], [root], source_etype=self.ct), typ=self.ct)
-                    nodes.append((v.splat(f), v.splat(t), f))
+                    t = None if binned else b.load(gep(b, self.d["thr"], [root],
+                                                       source_etype=self.ct), typ=self.ct)
+                    nodes.append((v.splat(f), None if binned else v.splat(t), f))
                     continue
                 slot = b.add(roots[k], idx[k])
                 local = b.sub(idx[k], v.const(I32, start))
-                if root is None and level < s.top_levels:
+                if binned:
+                    f = (v.permute([table("feat", I32, j) for j in starts], local, s.isa)
+                         if use_table else v.gather(self.d["feat"], I32, slot))
+                    t = None
+                elif root is None and level < s.top_levels:
                     f, t = self.top_node(k, level, idx[k])
                 elif use_table and self.permute_ok(I32) and self.permute_ok(self.ct):
                     f = v.permute([table("feat", I32, j) for j in starts], local, s.isa)
@@ -73,7 +80,7 @@ class Walks:
             for k in range(K):
                 f, t, scalar_f = nodes[k]
                 x = self.fetch_x(k, f, level, scalar_f, root, idx[k])
-                left = self.decide(x, f, t)
+                left = self.decide_binned(x, f) if binned else self.decide(x, f, t)
                 step = b.sub(v.const(I32, 2), b.zext(left, v.ty(I32)))
                 idx[k] = b.add(b.shl(idx[k], v.const(I32, 1)), step)
         return [b.sub(i, v.const(I32, 2**s.depth - 1)) for i in idx]
@@ -191,6 +198,8 @@ class Walks:
     def feature(self, w: ir.Value) -> ir.Value:
         """Feature index of a feature word (scalar or lanes): drop the flag bits."""
         s = self.spec
+        if s.layout == "binned":
+            return self.binned_feature(w)
         if not (s.has_nan or s.has_missing_zero or s.has_categorical):
             return w
         m = ir.Constant(I32, FEATURE_MASK) if w.type == I32 else self.v.const(I32, FEATURE_MASK)

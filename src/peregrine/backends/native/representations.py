@@ -1,0 +1,249 @@
+"""Tree representations (Treebeard's representation plugins): how a forest's nodes are laid out
+in memory, which the kernel's walks read.
+
+A representation is one object with three parts:
+
+* ``unsupported(forest, cmp_dtype, target)``: why it cannot hold this forest on this target
+  (``None`` when it can), so the tuner only searches representations that apply;
+* ``pack_nodes(...)``: the node, leaf and per-tree arrays (whole-forest NumPy, no per-node loop);
+* ``cost(forest, target)``: a rough relative cost per (row, tree), used to prune the search
+  before anything is measured.
+
+The walks that read each representation are in ``walks.py`` (``Walks.walk``), keyed by the same
+:class:`~peregrine.backends.native.schedule.Layout`.
+
+* PERFECT: tree t occupies slots ``[t * (2**D - 1), (t+1) * (2**D - 1))`` in level order; the
+  children of slot i are 2i+1 and 2i+2, so no child array is read. Tree t's leaves start at
+  ``t << D``. A leaf above depth D becomes a dummy split whose whole subtree of leaf slots
+  repeats its value, so the direction the dummy takes never matters.
+* SPARSE: nodes in breadth-first order per tree, with ``kid[i]`` the left child and the right
+  child at ``kid[i] + 1``. A leaf is a self-loop: threshold NaN sends every value right (no flag
+  bits set) and ``kid = self - 1``, so walks may run past a leaf without a leaf test.
+* BINNED: PERFECT slots, but each node is one int32 word ``rank | feature << 8 | NAN_LEFT``,
+  where ``rank`` is the threshold's position among the distinct thresholds the forest tests on
+  that feature. The kernel quantises each row once, ``bin(x) = #{thresholds of f < x}`` (NaN:
+  ``NAN_BIN``), into a byte tile, and ``x <= t_rank`` holds exactly when ``bin(x) <= rank``
+  (every threshold below x is below ``t_rank`` iff x is not above it). Walks then read the input
+  with byte permutes (AVX-512 VBMI) instead of gathers, and a whole level's node words fit
+  twice as many registers as feature and threshold did: the representation for CPUs whose
+  gathers are slow (Zen 4). Needs at most ``MAX_RANKS`` distinct thresholds per feature and no
+  categorical or LightGBM zero-band splits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from peregrine.backends.native.schedule import Layout
+from peregrine.ir import Forest
+
+NAN_LEFT = 1 << 31  # missing values go left
+MISSING_ZERO = 1 << 30  # |x| <= 1e-35 is missing too (LightGBM MissingType::Zero)
+CATEGORICAL = 1 << 29  # threshold bits hold the cat_bitsets row
+FEATURE_MASK = CATEGORICAL - 1
+PAD_SLOTS = 128  # >= the widest register table (8 registers x 16 lanes)
+MAX_PERFECT_BYTES = 256 << 20  # beyond this padding costs more than it saves: use SPARSE
+PERFECT_MAX_DEPTH = 16
+
+# BINNED
+RANK_BITS = 8
+RANK_MASK = (1 << RANK_BITS) - 1
+NAN_BIN = RANK_MASK  # the bin of a NaN input: above every rank, so it goes right unless flagged
+BIN_SLOTS = 1 << RANK_BITS  # per-feature sorted thresholds, padded with +inf
+MAX_RANKS = BIN_SLOTS - 2  # keeps every bin of a number (0..MAX_RANKS) below NAN_BIN
+BINNED_MAX_FEATURES = 64  # the x lookup picks among n_features / 8 byte permutes
+BINNED_MAX_DEPTH = 10
+
+
+class Representation:
+    name: str = ""
+
+    def unsupported(self, forest: Forest, cmp_dtype: np.dtype, target) -> str | None:
+        return None
+
+    def pack_nodes(self, forest: Forest, order: np.ndarray, words: np.ndarray,
+                   thr: np.ndarray, cmp_dtype: np.dtype, ldt: np.dtype) -> dict:
+        raise NotImplementedError
+
+    def cost(self, forest: Forest, target) -> float:
+        """Relative cost per (row, tree); only the order between representations matters."""
+        return 1.0
+
+
+class Perfect(Representation):
+    name = "perfect"
+
+    def unsupported(self, forest, cmp_dtype, target):
+        depth = forest.max_depth()
+        slot_bytes = 8 + 8 * forest.value_width
+        if depth > PERFECT_MAX_DEPTH:
+            return f"depth {depth} > {PERFECT_MAX_DEPTH}"
+        if forest.n_trees * (2 ** depth) * slot_bytes > MAX_PERFECT_BYTES:
+            return f"padding to depth {depth} takes more than {MAX_PERFECT_BYTES >> 20} MiB"
+        return None
+
+    def pack_nodes(self, forest, order, words, thr, cmp_dtype, ldt):
+        depth = forest.max_depth()
+        n = len(order)
+        feat, thr_all, cur = _perfect_slots(forest, order, words, thr, cmp_dtype)
+        leaf = forest.value[cur.reshape(-1)].astype(ldt)  # (trees * 2**depth, width)
+        return dict(
+            feat=pad(feat.reshape(-1).astype(np.int32)),
+            thr=pad(thr_all.reshape(-1).astype(cmp_dtype)),
+            kid=np.zeros(1, np.int32),
+            leaf=np.ascontiguousarray(leaf.reshape(-1)),
+            tree_root=(np.arange(n, dtype=np.int64) * (2**depth - 1)).astype(np.int32),
+            tree_leaf=(np.arange(n, dtype=np.int64) << depth).astype(np.int32),
+            bins=np.zeros(1, cmp_dtype),
+        )
+
+    def cost(self, forest, target):
+        # padding: every walk runs the deepest tree's levels
+        return float(forest.max_depth())
+
+
+class Sparse(Representation):
+    name = "sparse"
+
+    def pack_nodes(self, forest, order, words, thr, cmp_dtype, ldt):
+        # Breadth-first numbering per tree, computed for all trees at once: walk the levels of
+        # the whole forest together, then sort the visited nodes by (tree, level, position).
+        rank_of_tree = np.empty(forest.n_trees, np.int64)
+        rank_of_tree[order] = np.arange(len(order))
+        tree_of = forest.tree_of_node()
+        level_nodes = [forest.tree_offsets[:-1][order]]
+        while True:
+            cur = level_nodes[-1]
+            cur = cur[~forest.is_leaf[cur]]
+            if cur.size == 0:
+                break
+            level_nodes.append(np.stack([forest.left[cur], forest.right[cur]], 1).reshape(-1))
+        nodes = np.concatenate(level_nodes)
+        level = np.repeat(np.arange(len(level_nodes)), [len(x) for x in level_nodes])
+        pos = np.arange(len(nodes))
+        nodes = nodes[np.lexsort((pos, level, rank_of_tree[tree_of[nodes]]))]
+        new_id = np.full(forest.n_nodes, -1, np.int64)
+        new_id[nodes] = np.arange(len(nodes))
+        leaf = forest.is_leaf[nodes]
+        kid = np.where(leaf, new_id[nodes] - 1, new_id[np.maximum(forest.left[nodes], 0)])
+        nan = np.array(np.nan, dtype=cmp_dtype)
+        values = np.zeros((len(nodes), forest.value_width), ldt)
+        values[leaf] = forest.value[nodes[leaf]]
+        return dict(
+            feat=words[nodes].astype(np.int32),
+            thr=np.where(leaf, nan, thr[nodes]).astype(cmp_dtype),
+            kid=kid.astype(np.int32),
+            leaf=np.ascontiguousarray(values.reshape(-1)),
+            tree_root=new_id[forest.tree_offsets[:-1][order]].astype(np.int32),
+            tree_leaf=np.zeros(len(order), np.int32),
+            bins=np.zeros(1, cmp_dtype),
+        )
+
+    def cost(self, forest, target):
+        # a child index per level, and walks that wait for their slowest lane
+        depths = forest.tree_depths()
+        return 1.5 * float(depths.mean() if depths.size else 0.0)
+
+
+class Binned(Perfect):
+    name = "binned"
+
+    def unsupported(self, forest, cmp_dtype, target):
+        if not (target.isa == "avx512" and target.has("avx512vbmi")):
+            return "needs AVX-512 VBMI byte permutes"
+        if forest.has_categorical or forest.has_missing_zero:
+            return "categorical or zero-band splits"
+        if forest.n_features > BINNED_MAX_FEATURES:
+            return f"{forest.n_features} features > {BINNED_MAX_FEATURES}"
+        if forest.max_depth() > BINNED_MAX_DEPTH:
+            return f"depth {forest.max_depth()} > {BINNED_MAX_DEPTH}"
+        ranks = feature_thresholds(forest, cmp_dtype)
+        if ranks is None:
+            return f"a feature with more than {MAX_RANKS} distinct thresholds (or a NaN one)"
+        return super().unsupported(forest, cmp_dtype, target)
+
+    def pack_nodes(self, forest, order, words, thr, cmp_dtype, ldt):
+        out = super().pack_nodes(forest, order, words, thr, cmp_dtype, ldt)
+        per_feature = feature_thresholds(forest, cmp_dtype)
+        assert per_feature is not None  # unsupported() said so
+        bins = np.full((max(1, forest.n_features), BIN_SLOTS), np.inf, cmp_dtype)
+        for f, values in per_feature.items():
+            bins[f, : values.size] = values
+        n = forest.n_trees * (2 ** forest.max_depth() - 1)
+        feat_w, thr_s = out["feat"][:n], out["thr"][:n]
+        feature = (feat_w & FEATURE_MASK).astype(np.int64)
+        # rank of each slot's threshold among its feature's; dummy slots (leaves above the
+        # depth, word 0) get whatever rank: both their subtrees hold the same leaf value
+        rank = np.zeros(n, np.int64)
+        for f, values in per_feature.items():
+            sel = feature == f
+            rank[sel] = np.searchsorted(values, thr_s[sel])
+        word = (rank & RANK_MASK) | (feature << RANK_BITS)
+        word |= np.where(feat_w < 0, NAN_LEFT, 0)  # the NAN_LEFT flag is the sign bit
+        out["feat"] = pad(word.astype(np.uint32).view(np.int32))
+        out["thr"] = np.zeros(1, cmp_dtype)
+        out["bins"] = np.ascontiguousarray(bins.reshape(-1))
+        return out
+
+    def cost(self, forest, target):
+        # no input gathers; the x lookup grows with the feature count
+        return 0.5 * forest.max_depth() * (1 + forest.n_features / 64)
+
+
+def feature_thresholds(forest: Forest, cmp_dtype: np.dtype) -> dict[int, np.ndarray] | None:
+    """Distinct thresholds per feature, sorted, in the compare dtype (``Forest.thresholds_for``,
+    the values the one rule ``x <= t`` compares with); None when one feature has more than
+    MAX_RANKS of them or a NaN threshold."""
+    internal = ~forest.is_leaf
+    feats = forest.feature[internal]
+    thr = forest.thresholds_for(np.dtype(cmp_dtype))[internal].astype(cmp_dtype)
+    if np.isnan(thr).any():
+        return None
+    out = {}
+    for f in np.unique(feats):
+        values = np.unique(thr[feats == f])
+        if values.size > MAX_RANKS:
+            return None
+        out[int(f)] = values
+    return out
+
+
+def _perfect_slots(forest, order, words, thr, cmp_dtype):
+    depth = forest.max_depth()
+    n = len(order)
+    is_leaf = forest.is_leaf
+    cur = forest.tree_offsets[:-1][order][:, None]  # (trees, nodes at this level)
+    feat_levels, thr_levels = [], []
+    for _ in range(depth):
+        leaf = is_leaf[cur]
+        feat_levels.append(np.where(leaf, 0, words[cur]))
+        thr_levels.append(np.where(leaf, 0, thr[cur]).astype(cmp_dtype))
+        # a leaf's "children" are itself, so its value fills its whole padded subtree
+        kids = np.stack([np.where(leaf, cur, forest.left[cur]),
+                         np.where(leaf, cur, forest.right[cur])], axis=2)
+        cur = kids.reshape(n, -1)
+    # 2**depth - 1 slots per tree: a power-of-two stride would map every tree's root to the
+    # same few cache sets
+    empty_i, empty_t = np.zeros((n, 0), np.int32), np.zeros((n, 0), cmp_dtype)
+    feat = np.concatenate(feat_levels, axis=1) if feat_levels else empty_i
+    thr_all = np.concatenate(thr_levels, axis=1) if thr_levels else empty_t
+    return feat, thr_all, cur
+
+
+def pad(a: np.ndarray) -> np.ndarray:
+    """Kernels load a tree's first slots as whole registers (up to 8 x 16 lanes), which may run
+    past the last tree's slots: pad so those loads stay inside the array. The copy is 64-byte
+    aligned, so gathers of the top levels touch as few lines as possible."""
+    out = aligned(a.size + PAD_SLOTS, a.dtype)
+    out[: a.size] = a
+    return out
+
+
+def aligned(n: int, dtype: np.dtype, align: int = 64) -> np.ndarray:
+    raw = np.zeros(n * np.dtype(dtype).itemsize + align, np.uint8)
+    start = -raw.ctypes.data % align
+    return raw[start: start + n * np.dtype(dtype).itemsize].view(dtype)
+
+
+REPRESENTATIONS: dict[Layout, Representation] = {
+    Layout.PERFECT: Perfect(), Layout.SPARSE: Sparse(), Layout.BINNED: Binned()}
