@@ -386,3 +386,14 @@ def test_cli_shared_library(tmp_path, capsys):
     assert main(["export", str(model_file), "--format", "shared-library", "-o", str(lib),
                  "--target", "sparc-sun-solaris"]) == 1
     assert "sparc-sun-solaris" in capsys.readouterr().err
+
+
+def test_validation_failure_writes_nothing(tmp_path):
+    from peregrine.errors import ValidationError
+
+    compiled = peregrine.compile(_model("decision_tree"), "native")
+    truth = compiled.predict
+    compiled.__dict__["predict"] = lambda X: truth(X) + 1.0  # a model the library disagrees with
+    with pytest.raises(ValidationError, match="predict"):
+        compiled.export_library(tmp_path / "m.so")
+    assert not list(tmp_path.iterdir())

@@ -49,16 +49,23 @@ def export_library(compiled: Any, path: str | os.PathLike, *, target: str = "x86
     objects = aot.emit_objects(low, t, where)
     out = Path(os.fspath(path))
     head = out.with_suffix(".h") if header is None else Path(os.fspath(header))
-    aot_c.link(aot_c.source(low, prefix), objects, aot_c.version_script(low, prefix), out,
-               cc or t.cc())
-    text = aot_c.header(low, prefix, __version__)
-    tmp = head.with_name(f".{head.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, head)
     report = LibraryReport(str(out), str(head), t.name, where.cpu,
                            aot_c.public_names(low, prefix), dict(low.widths), low.labels)
-    if validate and t.native():
-        report.rows, report.deviations = _validate(compiled, out, low, prefix, sample)
+    # built and validated beside the destination, then renamed: nothing is written unless
+    # the library passed
+    tmp_lib = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    tmp_head = head.with_name(f".{head.name}.tmp{os.getpid()}")
+    try:
+        aot_c.link(aot_c.source(low, prefix), objects, aot_c.version_script(low, prefix),
+                   tmp_lib, cc or t.cc(), soname=out.name)
+        if validate and t.native():
+            report.rows, report.deviations = _validate(compiled, tmp_lib, low, prefix, sample)
+        tmp_head.write_text(aot_c.header(low, prefix, __version__))
+        os.replace(tmp_lib, out)
+        os.replace(tmp_head, head)
+    finally:
+        for leftover in (tmp_lib, tmp_head):
+            leftover.unlink(missing_ok=True)
     return report
 
 

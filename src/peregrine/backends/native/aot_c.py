@@ -10,7 +10,6 @@ with ``-ffp-contract=off``, so no compiler fuses anything.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import tempfile
@@ -266,9 +265,10 @@ def _c_string(text: str) -> str:
 
 
 # ------------------------------------------------------------------------------ link --
-def link(c_text: str, objects: list[bytes], version_map: str, out_path: Path, cc: str) -> None:
-    """``cc -shared`` the runtime and the kernels' objects into ``out_path`` (written whole or
-    not at all). Only libc and libm are linked (libm as needed: exp, log, pow)."""
+def link(c_text: str, objects: list[bytes], version_map: str, out_path: Path, cc: str,
+         soname: str) -> None:
+    """``cc -shared`` the runtime and the kernels' objects into ``out_path``. Only libc and
+    libm are linked (libm as needed: exp, log, pow)."""
     if shutil.which(cc) is None:
         raise UnsupportedModelError(
             f"building the library needs the C compiler {cc!r}, which is not installed "
@@ -282,15 +282,11 @@ def link(c_text: str, objects: list[bytes], version_map: str, out_path: Path, cc
             names.append(str(d / f"kernels{i}.o"))
             Path(names[-1]).write_bytes(obj)
         (d / "exports.map").write_text(version_map)
-        lib = d / out_path.name
         cmd = [cc, "-shared", "-fPIC", "-O2", "-std=c11", "-ffp-contract=off",
-               "-fno-fast-math", "-fvisibility=hidden", "-o", str(lib),
+               "-fno-fast-math", "-fvisibility=hidden", "-o", str(out_path),
                str(d / "runtime.c"), *names,
-               f"-Wl,--version-script={d / 'exports.map'}", f"-Wl,-soname,{out_path.name}",
+               f"-Wl,--version-script={d / 'exports.map'}", f"-Wl,-soname,{soname}",
                "-Wl,-z,noexecstack", "-Wl,--no-undefined", "-Wl,--as-needed", "-lm"]
         res = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if res.returncode != 0:
             raise RuntimeError(f"linking the library failed ({' '.join(cmd)}):\n{res.stderr}")
-        tmp_out = out_path.with_name(f".{out_path.name}.tmp{os.getpid()}")
-        shutil.copyfile(lib, tmp_out)
-        os.replace(tmp_out, out_path)
