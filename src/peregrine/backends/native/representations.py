@@ -20,10 +20,11 @@ The walks that read each representation are in ``walks.py`` (``Walks.walk``), ke
   child at ``kid[i] + 1``. A leaf is a self-loop: threshold NaN sends every value right (no flag
   bits set) and ``kid = self - 1``, so walks may run past a leaf without a leaf test.
 * BINNED: PERFECT slots, but each node is one int32 word ``rank | feature << 8 | NAN_LEFT``,
-  where ``rank`` is the threshold's position among the distinct thresholds the forest tests on
-  that feature. The kernel quantises each row once, ``bin(x) = #{thresholds of f < x}`` (NaN:
-  ``NAN_BIN``), into a byte tile, and ``x <= t_rank`` holds exactly when ``bin(x) <= rank``
-  (every threshold below x is below ``t_rank`` iff x is not above it). Walks then read the input
+  where ``rank - 1`` is the threshold's position among the distinct thresholds the forest tests
+  on that feature. The kernel quantises each row once, ``bin(x) = 1 + #{thresholds of f < x}``
+  (NaN: ``NAN_BIN``), into a byte tile, and ``x <= t`` holds exactly when ``bin(x) <= rank``
+  (every threshold below x is below ``t`` iff x is not above it). Rank 0 is a NaN threshold,
+  which no number is at or below (``Forest.thresholds_for`` gives one for ``x < -inf``). Walks then read the input
   with byte permutes (AVX-512 VBMI) instead of gathers, and a whole level's node words fit
   twice as many registers as feature and threshold did: the representation for CPUs whose
   gathers are slow (Zen 4). Needs at most ``MAX_RANKS`` distinct thresholds per feature and no
@@ -50,7 +51,7 @@ RANK_BITS = 8
 RANK_MASK = (1 << RANK_BITS) - 1
 NAN_BIN = RANK_MASK  # the bin of a NaN input: above every rank, so it goes right unless flagged
 BIN_SLOTS = 1 << RANK_BITS  # per-feature sorted thresholds, padded with +inf
-MAX_RANKS = BIN_SLOTS - 2  # keeps every bin of a number (0..MAX_RANKS) below NAN_BIN
+MAX_RANKS = BIN_SLOTS - 3  # keeps every bin of a number (1..MAX_RANKS + 1) below NAN_BIN
 BINNED_MAX_FEATURES = 64  # the x lookup picks among n_features / 8 byte permutes
 BINNED_MAX_DEPTH = 10
 
@@ -159,7 +160,7 @@ class Binned(Perfect):
             return f"depth {forest.max_depth()} > {BINNED_MAX_DEPTH}"
         ranks = feature_thresholds(forest, cmp_dtype)
         if ranks is None:
-            return f"a feature with more than {MAX_RANKS} distinct thresholds (or a NaN one)"
+            return f"a feature with more than {MAX_RANKS} distinct thresholds"
         return super().unsupported(forest, cmp_dtype, target)
 
     def pack_nodes(self, forest, order, words, thr, cmp_dtype, ldt):
@@ -174,10 +175,10 @@ class Binned(Perfect):
         feature = (feat_w & FEATURE_MASK).astype(np.int64)
         # rank of each slot's threshold among its feature's; dummy slots (leaves above the
         # depth, word 0) get whatever rank: both their subtrees hold the same leaf value
-        rank = np.zeros(n, np.int64)
+        rank = np.zeros(n, np.int64)  # NaN thresholds keep rank 0: never left for a number
         for f, values in per_feature.items():
-            sel = feature == f
-            rank[sel] = np.searchsorted(values, thr_s[sel])
+            sel = (feature == f) & ~np.isnan(thr_s)
+            rank[sel] = np.searchsorted(values, thr_s[sel]) + 1
         word = (rank & RANK_MASK) | (feature << RANK_BITS)
         word |= np.where(feat_w < 0, NAN_LEFT, 0)  # the NAN_LEFT flag is the sign bit
         out["feat"] = pad(word.astype(np.uint32).view(np.int32))
@@ -192,13 +193,13 @@ class Binned(Perfect):
 
 def feature_thresholds(forest: Forest, cmp_dtype: np.dtype) -> dict[int, np.ndarray] | None:
     """Distinct thresholds per feature, sorted, in the compare dtype (``Forest.thresholds_for``,
-    the values the one rule ``x <= t`` compares with); None when one feature has more than
-    MAX_RANKS of them or a NaN threshold."""
+    the values the one rule ``x <= t`` compares with; NaN ones left out: rank 0); None when one
+    feature has more than MAX_RANKS of them."""
     internal = ~forest.is_leaf
     feats = forest.feature[internal]
     thr = forest.thresholds_for(np.dtype(cmp_dtype))[internal].astype(cmp_dtype)
-    if np.isnan(thr).any():
-        return None
+    keep = ~np.isnan(thr)
+    feats, thr = feats[keep], thr[keep]
     out = {}
     for f in np.unique(feats):
         values = np.unique(thr[feats == f])

@@ -1,0 +1,114 @@
+"""Tree representations (backends/native/representations.py): each one gives the bits every
+other gives, and each refuses the forests and targets it cannot hold (the tuner then falls back
+to PERFECT or SPARSE)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llvmlite")
+
+from peregrine.backends.native import Schedule  # noqa: E402
+from peregrine.backends.native.layout import choose_layout, pack  # noqa: E402
+from peregrine.backends.native.representations import (  # noqa: E402
+    MAX_RANKS,
+    REPRESENTATIONS,
+    feature_thresholds,
+)
+from peregrine.backends.native.schedule import Lanes, Layout  # noqa: E402
+from peregrine.kernels import jit  # noqa: E402
+from tests.test_native_backend import (  # noqa: E402
+    CASES,
+    check,
+    compiled,
+    edge_rows,
+    model_spec,
+    random_forest,
+)
+
+HOST = jit.Target.host()
+HAS_VBMI = HOST.isa == "avx512" and HOST.has("avx512vbmi")
+needs_vbmi = pytest.mark.skipif(not HAS_VBMI, reason="BINNED needs AVX-512 VBMI byte permutes "
+                                "(this CPU, or the forced PEREGRINE_CPU_LEVEL, lacks them)")
+AVX2 = jit.Target("haswell", "+avx2,+fma,+bmi2,+popcnt,+sse4.2")
+
+
+def layout_of(model) -> str:
+    program = next(iter(model._exec.programs.values()))
+    return program.variant(np.dtype(np.float64)).packed.layout.value
+
+
+@needs_vbmi
+@pytest.mark.parametrize("case", ["le-float64", "lt-float32", "vector-leaves-average",
+                                  "grouped-leaves", "grouped-average", "wide-rows", "stumps"])
+@pytest.mark.parametrize("interleave", [1, 3])
+def test_binned_gives_the_perfect_layouts_bits(case, interleave):
+    """Same leaves, so the same sums in the same order: bit-for-bit, NaN, +-inf, thresholds and
+    their neighbours included (edge_rows), on both input dtypes and a ragged last block."""
+    forest = random_forest(**CASES[case])
+    spec, X = model_spec(forest), edge_rows(forest, n=301)
+    tile = 16 * interleave * 2
+    binned = check(spec, X, Schedule(layout="binned", interleave=interleave, row_tile=tile))
+    assert layout_of(binned) == "binned"
+    perfect = compiled(spec, Schedule(layout="perfect", interleave=interleave, row_tile=tile))
+    for dtype in (np.float64, np.float32):
+        Xd = X.astype(dtype)
+        for rows in (Xd, Xd[:1], Xd[:17], Xd[:tile + 5]):
+            np.testing.assert_array_equal(binned.predict(rows), perfect.predict(rows))
+
+
+def test_ranks_decide_like_thresholds():
+    """The identity BINNED rests on: x <= t[r] exactly when #{t < x} <= r, for sorted distinct
+    t, at the thresholds, their neighbours and the infinities."""
+    rng = np.random.default_rng(0)
+    t = np.unique(np.concatenate([rng.normal(size=200).astype(np.float32), [-np.inf, np.inf]]))
+    x = np.concatenate([t, np.nextafter(t, np.float32(np.inf)),
+                        np.nextafter(t, np.float32(-np.inf)), rng.normal(size=500)])
+    with np.errstate(over="ignore"):
+        x = x.astype(np.float32)
+    bins = 1 + np.searchsorted(t, x, side="left")  # what the kernel's binary search counts
+    for r in range(t.size):
+        np.testing.assert_array_equal(x <= t[r], bins <= r + 1)
+    assert not np.any(bins <= 0)  # rank 0, a NaN threshold: no number goes left
+
+
+def test_binned_refuses_what_it_cannot_hold():
+    plain = random_forest()
+    f32 = np.dtype(np.float32)
+    rep = REPRESENTATIONS[Layout.BINNED]
+    assert "VBMI" in rep.unsupported(plain, f32, AVX2)
+    assert choose_layout(plain, Layout.BINNED, f32, AVX2) is Layout.PERFECT
+    if HAS_VBMI:
+        assert choose_layout(plain, Layout.BINNED, f32, HOST) is Layout.BINNED
+        # tree lanes and narrower vectors keep the float layout
+        assert choose_layout(plain, Layout.BINNED, f32, HOST, Lanes.TREES) is Layout.PERFECT
+        assert choose_layout(plain, Layout.BINNED, f32, HOST, Lanes.ROWS, 8) is Layout.PERFECT
+        for reason, forest in (
+                ("categorical", random_forest(cat=True)),
+                ("categorical", random_forest(missing_zero=True)),
+                ("features", random_forest(n_features=65)),
+                ("depth", random_forest(depth=11, p_leaf=0.0, n_trees=2))):
+            assert reason in rep.unsupported(forest, f32, HOST)
+            assert choose_layout(forest, Layout.BINNED, f32, HOST) is not Layout.BINNED
+
+
+def test_too_many_thresholds_on_one_feature_falls_back():
+    forest = random_forest(n_trees=200, depth=6, p_leaf=0.0, n_features=1, seed=4)
+    per_feature = feature_thresholds(forest, np.dtype(np.float64))
+    assert per_feature is None  # 200 trees x 63 splits on one feature: > MAX_RANKS values
+    assert np.unique(forest.threshold[forest.feature >= 0]).size > MAX_RANKS
+    if HAS_VBMI:
+        packed = pack(forest, Schedule(layout="binned"), np.float64, HOST)
+        assert packed.layout is Layout.PERFECT
+
+
+@needs_vbmi
+def test_binned_ranks_pack_each_feature_separately():
+    forest = random_forest(seed=2)
+    packed = pack(forest, Schedule(layout="binned"), np.float64, HOST)
+    per_feature = feature_thresholds(forest, np.dtype(np.float64))
+    table = packed.bins.reshape(forest.n_features, -1)
+    for f, values in per_feature.items():
+        np.testing.assert_array_equal(table[f, : values.size], values)
+        assert np.all(np.isposinf(table[f, values.size:]))  # padding never counts as below x
