@@ -367,8 +367,11 @@ def _forest_call(low: Lowered, step: FusedForest, buffers: dict[str, Buffer],
                 desc.append((name, ("int", forest.n_features)))
             elif name in SCALARS:
                 desc.append((name, ("int", int(getattr(packed, name)))))
-            else:
-                desc.append((name, ("data", low.blob(getattr(packed, name)))))
+            else:  # a pointer slot (codegen.SCALARS says which are not)
+                arr = getattr(packed, name)
+                if not isinstance(arr, np.ndarray):
+                    raise TypeError(f"descriptor slot {name!r} is not an array")
+                desc.append((name, ("data", low.blob(arr))))
         return ForestKernel(spec.symbol, tuple(desc))
 
     batch = kernel(choice.schedule)
