@@ -397,3 +397,18 @@ def test_validation_failure_writes_nothing(tmp_path):
     with pytest.raises(ValidationError, match="predict"):
         compiled.export_library(tmp_path / "m.so")
     assert not list(tmp_path.iterdir())
+
+
+def test_pandas_category_columns_take_codes(tmp_path):
+    pd = pytest.importorskip("pandas")
+    lgb = pytest.importorskip("lightgbm")
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"a": rng.normal(size=400),
+                       "c": pd.Categorical(rng.choice(["x", "y", "z"], 400))})
+    model = lgb.LGBMClassifier(n_estimators=8, verbose=-1).fit(df, (df.a > 0) ^ (df.c == "y"))
+    report = peregrine.compile(model, "native").export_library(tmp_path / "m.so")
+    assert "1: c (category codes: 0 = x, 1 = y, 2 = z" in Path(report.header).read_text()
+    codes = np.c_[df.a.to_numpy(), df.c.cat.codes.to_numpy().astype(np.float64)]
+    rc, got = call_library(open_library(report.path), "peregrine", "predict_proba", codes)
+    assert rc == 0
+    np.testing.assert_allclose(got, model.predict_proba(df), rtol=RTOL, atol=ATOL)

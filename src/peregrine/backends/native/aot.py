@@ -172,6 +172,7 @@ class Lowered:
     data: dict[str, bytes] = field(default_factory=dict)  # blob name -> bytes
     widths: dict[str, int] = field(default_factory=dict)  # method -> values per row
     labels: tuple[str, ...] = ()  # class index -> label, as text
+    columns: tuple[str, ...] = ()  # what each input column holds (names, category codes)
     check_nan: bool = False  # the source rejects NaN: the entry points return an error
     check_inf: bool = False
 
@@ -213,6 +214,7 @@ def lower(spec: Any, options: CompileOptions, target: AotTarget, cpu: jit.Target
             "NumPy rules)")
     low = Lowered(spec.source, spec.n_features, target.name, cpu.cpu,
                   check_nan=not spec.allow_nan, check_inf=not spec.allow_inf)
+    low.columns = _columns(spec)
     predict = spec.methods.get("predict")
     if predict is not None and predict.labels is not None:
         low.labels = tuple(_label_text(v) for v in np.asarray(predict.labels).tolist())
@@ -224,6 +226,26 @@ def lower(spec: Any, options: CompileOptions, target: AotTarget, cpu: jit.Target
         for dt in DTYPES:
             low.programs.append(_lower_method(low, spec, options, cpu, m, node, narrow, dt))
     return low
+
+
+def _columns(spec: Any, shown: int = 256, categories: int = 8) -> tuple[str, ...]:
+    """Column notes for the header: names, and for pandas category columns the codes the
+    library takes (a category's position in the list the source recorded at fit time)."""
+    names, cats = spec.feature_names, spec.category_maps
+    if not names and not cats:
+        return ()
+    out = []
+    for i in range(min(spec.n_features, shown)):
+        text = f"{i}: {names[i]}" if names else f"{i}:"
+        if i in cats:
+            codes = ", ".join(f"{k} = {_label_text(v)}" for k, v in
+                              enumerate(cats[i][:categories]))
+            more = ", ..." if len(cats[i]) > categories else ""
+            text += f" (category codes: {codes}{more}; other values: NaN)"
+        out.append(text)
+    if spec.n_features > shown:
+        out.append(f"... {spec.n_features - shown} more")
+    return tuple(out)
 
 
 def _label_text(v: Any) -> str:

@@ -55,9 +55,11 @@ def header(low: Lowered, prefix: str, version: str) -> str:
              " *",
              f" * X holds rows x {low.n_features} values, row-major. Each function writes rows x",
              f" * {prefix}_n_outputs(method) values to out and returns {P}_OK (0) or an error.",
-             " * The float form rounds nothing the source would not; the double form keeps",
-             " * float64 inputs exact (LightGBM, HistGradientBoosting compare in float64).",
+             " * The float form computes what the model computes on float32 rows, the _f64",
+             " * form on float64 rows (LightGBM, HistGradientBoosting compare in float64).",
              " * Calls run on the calling thread and share no state: threads may call at once.",
+             *([" *", " * Columns:"] + [f" *   {_comment(c)}" for c in low.columns]
+               if low.columns else []),
              " */",
              f"#ifndef {guard}", f"#define {guard}", "", "#include <stddef.h>", "",
              "#ifdef __cplusplus", 'extern "C" {', "#endif", ""]
@@ -79,6 +81,11 @@ def header(low: Lowered, prefix: str, version: str) -> str:
               f"const char *{prefix}_class_label(size_t i);",
               "", "#ifdef __cplusplus", "}", "#endif", "", f"#endif  /* {guard} */", ""]
     return "\n".join(lines)
+
+
+def _comment(text: str) -> str:
+    """Text safe inside a C block comment, on one line."""
+    return text.replace("*/", "* /").replace("\n", " ")
 
 
 def _describe(low: Lowered, method: str) -> str:
