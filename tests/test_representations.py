@@ -112,3 +112,18 @@ def test_binned_ranks_pack_each_feature_separately():
     for f, values in per_feature.items():
         np.testing.assert_array_equal(table[f, : values.size], values)
         assert np.all(np.isposinf(table[f, values.size:]))  # padding never counts as below x
+
+
+@needs_vbmi
+def test_search_measures_each_representation_and_explain_names_them(tmp_path, monkeypatch):
+    from peregrine.backends.native import tune
+    from peregrine.options import CompileOptions
+
+    monkeypatch.setenv("PEREGRINE_CACHE_DIR", str(tmp_path))
+    forest = random_forest(seed=6, n_trees=30)
+    choice = tune.choose_schedule(forest, CompileOptions(batch_size=512), HOST, 1)
+    assert "measured" in choice.why
+    for name in ("binned 6x16", "perfect 6x16"):
+        assert name in choice.why  # each candidate with its time
+    again = tune.choose_schedule(forest, CompileOptions(batch_size=512), HOST, 1)
+    assert "cached decision" in again.why and again.schedule == choice.schedule

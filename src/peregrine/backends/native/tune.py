@@ -105,18 +105,38 @@ def few_rows_max(batch: Schedule) -> int:
     return max(4, batch.block_rows // 2)
 
 
-def candidates(base: Choice, batch: int) -> list[Choice]:
-    """A few variations around the heuristic for the batch size the user will run."""
+def candidates(base: Choice, batch: int, forest: Forest | None = None,
+               target: Any = None) -> list[Choice]:
+    """A few variations around the heuristic for the batch size the user will run: the other
+    representations that can hold the forest on this target (representations.py, cheapest by
+    their cost hints first), more or fewer interleaved walks, and tree tiles."""
     s, few = base.schedule, base.few_rows
     if batch <= base.few_rows_max and few is not None:
         return [base] + [Choice(s, few.replace(interleave=k), base.few_rows_max, base.why)
                          for k in (1, 2, 8) if k != few.interleave]
     out = [base]
-    for change in ({"interleave": 4}, {"interleave": 8}, {"tree_tile": 16, "row_tile": 512}):
+    changes: list[dict] = []
+    if forest is not None and target is not None and s.vector_width == 16:
+        cmp = np.dtype(forest.input_dtype if forest.input_dtype == np.float32 else np.float64)
+        for layout in (Layout.BINNED, Layout.PERFECT):
+            if layout is not s.layout and choose_layout(forest, layout, cmp, target) is layout:
+                changes.append({"layout": layout, "node_pairs": False})
+    changes += [{"interleave": 4}, {"interleave": 8}, {"tree_tile": 16, "row_tile": 512}]
+    for change in changes:
         variant = s.replace(**change)
+        if variant.layout is Layout.BINNED and variant.row_tile * forest.n_features > (
+                CACHE_ROWS_BYTES):
+            continue
         if variant != s and variant.block_rows <= max(batch, s.vector_width):
             out.append(Choice(variant, few, base.few_rows_max, base.why))
     return out
+
+
+def describe(schedule: Schedule) -> str:
+    """Short name of a candidate for explain(): representation, walks x lanes, tiles."""
+    tiles = f", tree tile {schedule.tree_tile}" if schedule.tree_tile else ""
+    return (f"{schedule.layout.value} {schedule.interleave}x{schedule.vector_width} "
+            f"rows {schedule.row_tile}{tiles}")
 
 
 def choose_schedule(forest: Forest, options: CompileOptions, target: Any,
@@ -137,9 +157,10 @@ def choose_schedule(forest: Forest, options: CompileOptions, target: Any,
     cached = _load_decision(key)
     if cached is not None:
         return cached
-    best, timings = measure(forest, candidates(base, batch), batch, options, target, threads,
-                            rows)
-    shown = ", ".join(f"{t * 1e6:.1f} us" for t in timings)
+    tried = candidates(base, batch, forest, target)
+    best, timings = measure(forest, tried, batch, options, target, threads, rows)
+    shown = ", ".join(f"{describe(c.schedule)} {t * 1e6:.1f} us"
+                      for c, t in zip(tried, timings))
     on = "the sample's" if rows is not None else "synthetic"
     choice = Choice(best.schedule, best.few_rows, best.few_rows_max,
                     f"{base.why}; measured {len(timings)} candidates on {batch} {on} rows "
