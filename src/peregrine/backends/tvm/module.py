@@ -26,27 +26,22 @@ from peregrine.backends.tvm.ops import FALLBACK, LOWERINGS, Context, cast, dtype
 from peregrine.backends.tvm.trees import choose_strategy
 from peregrine.errors import UnsupportedModelError
 from peregrine.ir import Op
-from peregrine.ir.spec import INPUT_ERRORS, ModelSpec
+from peregrine.ir.spec import ModelSpec
 from peregrine.options import CompileOptions
 
 DTYPES = ("float32", "float64")
 
 
-def request_sets(spec: ModelSpec) -> list[tuple[str, ...]]:
-    """The output sets the runtime asks for: each method's output, with the input checks when
-    the graph has them, and every other graph output on its own."""
-    outs = spec.graph.outputs
-    sets: list[tuple[str, ...]] = []
-    for m in spec.methods.values():
-        for s in ((m.output,), (m.output, INPUT_ERRORS)):
-            if all(o in outs for o in s) and s not in sets:
-                sets.append(s)
-    sets += [(o,) for o in sorted(outs) if (o,) not in sets]
-    return sets
+def program_outputs(spec: ModelSpec) -> tuple[str, ...]:
+    """Every graph output, in one function per input dtype: the methods share their forest
+    and featurizers, and one function per output set cost the LLVM back end (most of the build
+    time) one more copy of each shared op per set, while the extra heads (an argmax, a log) cost
+    a small fraction of a walk at run time."""
+    return tuple(sorted(spec.graph.outputs))
 
 
-def function_name(outputs: tuple[str, ...], dtype: str) -> str:
-    return "__".join(outputs) + "__" + dtype
+def function_name(dtype: str) -> str:
+    return f"main_{dtype}"
 
 
 def probe(spec: ModelSpec, dtype: str, options: CompileOptions) -> dict[str, np.ndarray]:
@@ -74,9 +69,8 @@ class TvmExecutable(Executable):
             raise UnsupportedModelError(f"tvm backend runs on cpu, not on {device!r}")
         self.spec = spec
         self.options = options
-        self.sets = request_sets(spec)
-        self.key = build.program_key(spec.graph, tuple(map(tuple, self.sets)), options,
-                                     spec.n_features)
+        self.outputs = program_outputs(spec)
+        self.key = build.program_key(spec.graph, self.outputs, options, spec.n_features)
         self._probes = {dt: probe(spec, dt, options) for dt in DTYPES}
         self._register_fallbacks()
         self.built = build.load_or_build(self.key, self._relax_module)
@@ -108,33 +102,32 @@ class TvmExecutable(Executable):
         spec, graph = self.spec, self.spec.graph
         bb = relax.BlockBuilder()
         shared: dict[Any, Any] = {}
-        for outputs in self.sets:
-            wanted = [graph.outputs[o] for o in outputs]
-            for dt in DTYPES:
-                probes = self._probes[dt]
-                rows = tvm.tirx.Var("n", "int64")
-                x = relax.Var("x", relax.TensorType((rows, spec.n_features), dt))
+        wanted = [graph.outputs[o] for o in self.outputs]
+        for dt in DTYPES:
+            probes = self._probes[dt]
+            rows = tvm.tirx.Var("n", "int64")
+            x = relax.Var("x", relax.TensorType((rows, spec.n_features), dt))
 
-                def fallback(node: Any, ins: list, dt: str = dt, rows: Any = rows) -> Any:
-                    ref = self._probes[dt][node.name]
-                    out = relax.TensorType((rows, int(ref.shape[1])), str(ref.dtype))
-                    return relax.call_dps_packed(self._fallback_name(node.name, dt), ins, out)
+            def fallback(node: Any, ins: list, dt: str = dt, rows: Any = rows) -> Any:
+                ref = self._probes[dt][node.name]
+                out = relax.TensorType((rows, int(ref.shape[1])), str(ref.dtype))
+                return relax.call_dps_packed(self._fallback_name(node.name, dt), ins, out)
 
-                ctx = Context(bb, self.options, rows, fallback=fallback, shared=shared)
-                with bb.function(function_name(outputs, dt), [x]):
-                    with bb.dataflow():
-                        values: dict[str, Any] = {n.name: x for n in graph.nodes
-                                                  if n.op is Op.INPUT}
-                        for node in graph.steps(wanted):
-                            value = bb.emit(lower_node(ctx, node, [values[i]
-                                                                   for i in node.inputs]))
-                            # the rule's dtype (lowerings follow it; a fallback returns it)
-                            want = str(probes[node.name].dtype)
-                            if dtype_of(value) != want:
-                                value = bb.emit(cast(value, want))
-                            values[node.name] = value
-                        result = bb.emit_output(relax.Tuple([values[w] for w in wanted]))
-                    bb.emit_func_output(result)
+            ctx = Context(bb, self.options, rows, fallback=fallback, shared=shared)
+            with bb.function(function_name(dt), [x]):
+                with bb.dataflow():
+                    values: dict[str, Any] = {n.name: x for n in graph.nodes
+                                              if n.op is Op.INPUT}
+                    for node in graph.steps(wanted):
+                        value = bb.emit(lower_node(ctx, node, [values[i]
+                                                               for i in node.inputs]))
+                        # the rule's dtype (lowerings follow it; a fallback returns it)
+                        want = str(probes[node.name].dtype)
+                        if dtype_of(value) != want:
+                            value = bb.emit(cast(value, want))
+                        values[node.name] = value
+                    result = bb.emit_output(relax.Tuple([values[w] for w in wanted]))
+                bb.emit_func_output(result)
         return bb.get()
 
     # ------------------------------------------------------------------------ calls --
@@ -144,7 +137,7 @@ class TvmExecutable(Executable):
             vm = self._local.vm = build.virtual_machine(self.built.module)
         return vm
 
-    def _call(self, outputs: tuple[str, ...], X: np.ndarray) -> list[np.ndarray]:
+    def _call(self, X: np.ndarray) -> dict[str, Any]:
         X = np.asarray(X)
         if X.dtype.name not in DTYPES:
             X = X.astype(np.float64)
@@ -154,20 +147,17 @@ class TvmExecutable(Executable):
             arg = tvm.runtime.from_dlpack(X)
         else:
             arg = tvm.runtime.tensor(np.ascontiguousarray(X))
-        res = self._vm()[function_name(outputs, X.dtype.name)](arg)
-        return [r.numpy() for r in res]
+        return dict(zip(self.outputs, self._vm()[function_name(X.dtype.name)](arg)))
 
     def run(self, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
         if not isinstance(X, np.ndarray):
             X = X.detach().cpu().numpy()
-        outputs = tuple(outputs)
-        if outputs in self.sets:
-            return dict(zip(outputs, self._call(outputs, X)))
-        return {o: self._call((o,), X)[0] for o in outputs}
+        values = self._call(X)
+        return {o: values[o].numpy() for o in outputs}
 
     def runner(self, output: str) -> Any:
         call = self._call
-        return lambda X: call((output,), X)[0]
+        return lambda X: call(X)[output].numpy()
 
     # ---------------------------------------------------------------------- metadata --
     def tree_info(self) -> list[dict[str, Any]]:
