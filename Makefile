@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(DEV_DEPS)
-	$(BIN)/python -m pip install -q -e ".[dev,sklearn,lightgbm,pandas,serve,dask,spark,skorch]"
+	$(BIN)/python -m pip install -q -e ".[dev,sklearn,lightgbm,pandas,serve,dask,spark,skorch,tvm]"
 	# pyspark 4 runs on Java 17 or 21: Debian 12's default JRE is 17
 	command -v java >/dev/null || (apt-get update -qq && \
 	  apt-get install -y -qq --no-install-recommends default-jre-headless)
