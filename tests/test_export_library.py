@@ -412,3 +412,18 @@ def test_pandas_category_columns_take_codes(tmp_path):
     rc, got = call_library(open_library(report.path), "peregrine", "predict_proba", codes)
     assert rc == 0
     np.testing.assert_allclose(got, model.predict_proba(df), rtol=RTOL, atol=ATOL)
+
+
+def test_threads_may_call_at_once(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    compiled = peregrine.compile(_model("xgb_multi"), "native")
+    report = compiled.export_library(tmp_path / "m.so", validate=False)
+    so = open_library(report.path)
+    X = _rows(compiled, n=3000)  # two blocks of the runtime per call
+    want = compiled.predict_proba(X).astype(np.float64)
+    with ThreadPoolExecutor(4) as pool:  # ctypes drops the GIL: the calls overlap
+        results = list(pool.map(lambda _: call_library(so, "peregrine", "predict_proba", X),
+                                range(8)))
+    for rc, got in results:
+        assert rc == 0 and np.array_equal(got, want)
