@@ -22,12 +22,13 @@ def _cases():
     out = []
     for mod in ("cases_sklearn", "cases_xgboost", "cases_lightgbm", "cases_pipeline",
                 "cases_kernel", "cases_meta", "cases_transformers", "cases_catboost",
-                "cases_onnx_ml"):
+                "cases_onnx_ml", "cases_hybrid"):
         try:
             module = importlib.import_module(f"tests.conformance.{mod}")
         except ModuleNotFoundError as exc:  # library not installed, or module not written yet
             if exc.name in (f"tests.conformance.{mod}", "xgboost", "lightgbm", "sklearn",
-                            "catboost", "onnx", "onnxruntime", "skl2onnx", "onnxmltools"):
+                            "catboost", "onnx", "onnxruntime", "skl2onnx", "onnxmltools",
+                            "torch"):
                 continue
             raise
         out.extend(module.CASES)
