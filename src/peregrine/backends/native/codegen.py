@@ -140,6 +140,9 @@ class _Kernel(Walks, BinnedWalks):
         self.by_rows = spec.lanes == "rows"
         self.cache_rows = spec.cache_rows and spec.vector_width > 1 and self.by_rows
         self.binned = spec.layout == "binned"
+        # levels whose input comes from whole-row loads and selects: a binned level-2 lookup
+        # costs four byte permutes, more than four loads and three selects
+        self.contiguous_levels = 2 if self.binned else CONTIGUOUS_LEVELS
         if self.cache_rows and self.binned:  # [block][walk][feature][lane] bins, one byte each
             self.tile = self.loops.var(ir.ArrayType(I8, CACHE_ROWS_BYTES + TILE_SLACK),
                                        name="rows")
@@ -340,7 +343,7 @@ class _Kernel(Walks, BinnedWalks):
 
         if level == 0:
             return row_vector(scalar_f)
-        if level in (1, 2) and root is not None and CONTIGUOUS_LEVELS >= level:
+        if level in (1, 2) and root is not None and self.contiguous_levels >= level:
             # 2 or 4 possible nodes: read each one's feature for all lanes and select
             first = 2**level - 1
             out = None
