@@ -18,7 +18,7 @@ ROOT = "peregrine"
 LAYERS = {
     "_version": 0, "errors": 0, "options": 0, "config": 0, "registry": 0,
     "torch_step": 0,  # peregrine.TorchStep: a leaf the torch frontend recognises by type
-    "ir": 1,
+    "ir": 1, "formats": 1,  # formats: saved-model files Peregrine parses itself
     "frontends": 2, "kernels": 2, "passes": 2, "sources": 2,
     "backends": 3, "export": 3,  # export lowers the IR for other runtimes, as a backend
     "runtime": 4,

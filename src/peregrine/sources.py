@@ -4,8 +4,10 @@ frontend registry receives the library's own object.
 
 Formats (``ModelFormat``): XGBoost JSON / UBJSON (``xgboost.Booster``), LightGBM text models
 (``lightgbm.Booster``), CatBoost binary ``.cbm`` and JSON models (``catboost.CatBoost.
-load_model``), ONNX protobuf (``onnx.load_model_from_string``: an ``onnx.ModelProto``), and
-pickle / joblib files. Unpickling runs arbitrary code, so pickles load only when the caller
+load_model``), ONNX protobuf (``onnx.load_model_from_string``: an ``onnx.ModelProto``),
+pickle / joblib files, and saved Spark ML model directories (``PipelineModel.save``: read by
+``formats.spark_ml`` with pyarrow, no JVM, into a ``SparkPipelineModel``). Unpickling runs
+arbitrary code, so pickles load only when the caller
 passes ``allow_pickle=True`` (the CLI's ``--allow-pickle``); ``peregrine.compile(path)`` never
 unpickles.
 """
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from peregrine.errors import PeregrineError
+from peregrine.formats import spark_ml
 
 
 class ModelFileError(PeregrineError, ValueError):
@@ -38,6 +41,7 @@ class ModelFormat(enum.Enum):
     ONNX = "onnx"
     PICKLE = "pickle"
     PEREGRINE_ARTIFACT = "peregrine-artifact"
+    SPARK_ML = "spark-ml"  # a directory: metadata/ (JSON), data/ (parquet), stages/
 
 
 _PICKLE_EXTENSIONS = (".pkl", ".pickle", ".joblib", ".sav", ".pkl.gz", ".joblib.gz")
@@ -222,6 +226,15 @@ def _load_pickle(path: str | None, data: bytes | None, name: str) -> Any:
     return model
 
 
+def _load_spark_ml(path: str | None, data: bytes | None, name: str) -> Any:
+    if path is None:
+        raise ModelFileError("a saved Spark ML model is a directory; pass its path, not bytes")
+    try:
+        return spark_ml.read_spark_ml(path)
+    except spark_ml.SparkFormatError as exc:
+        raise ModelFileError(str(exc)) from exc
+
+
 LOADERS: dict[ModelFormat, Callable[[str | None, bytes | None, str], Any]] = {
     ModelFormat.XGBOOST_JSON: _load_xgboost,
     ModelFormat.XGBOOST_UBJSON: _load_xgboost,
@@ -230,6 +243,7 @@ LOADERS: dict[ModelFormat, Callable[[str | None, bytes | None, str], Any]] = {
     ModelFormat.CATBOOST_JSON: _catboost_loader("json"),
     ModelFormat.ONNX: _load_onnx,
     ModelFormat.PICKLE: _load_pickle,
+    ModelFormat.SPARK_ML: _load_spark_ml,
 }
 
 
@@ -248,7 +262,10 @@ def load_model(source: str | os.PathLike | bytes, *, allow_pickle: bool = False)
         if not os.path.exists(path):
             raise ModelFileError(f"model file {path} does not exist")
         if os.path.isdir(path):
-            raise ModelFileError(f"model file {path} is a directory, not a file")
+            if spark_ml.is_spark_ml_dir(path):
+                return LoadedModel(_load_spark_ml(path, None, name), ModelFormat.SPARK_ML, name)
+            raise ModelFileError(f"model file {path} is a directory, not a file (nor a saved "
+                                 "Spark ML model: no metadata/part-* naming a Spark ML class)")
         data = None
         with open(path, "rb") as f:
             head = f.read(4096)

@@ -35,6 +35,7 @@ _MODULES = (
     ("peregrine.frontends.catboost", "catboost"),
     ("peregrine.frontends.onnx_ml_model", "onnx"),
     ("peregrine.frontends.torch_nn", "sklearn"),  # peregrine.TorchStep; imports torch lazily
+    ("peregrine.frontends.spark_ml", "pyarrow"),  # saved Spark ML pipelines (no JVM)
 )
 # Frontends of libraries slow to import (skorch imports torch: about 3 s): ``convert`` loads
 # them once the library has been imported, since no model of theirs can exist before;
