@@ -375,10 +375,10 @@ def _forest_call(low: Lowered, step: FusedForest, buffers: dict[str, Buffer],
     packs: dict[tuple, Any] = {}
 
     def kernel(schedule: Any) -> ForestKernel:
-        key = (schedule.layout, schedule.reorder_trees)  # what packing depends on
+        key = schedule  # what packing depends on (with the CPU: the representation)
         packed = packs.get(key)
         if packed is None:
-            packed = packs[key] = pack(forest, schedule, cmp)
+            packed = packs[key] = pack(forest, schedule, cmp, cpu)
         # the kernel reads the value in its own dtype and converts it to the compare dtype,
         # as the process's np.asarray(X, compare dtype) does (IEEE conversions: same bits)
         spec = kernel_spec(packed, schedule, np.dtype(src.dtype), cpu, forest.n_features)
