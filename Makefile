@@ -13,8 +13,9 @@ STAMP := $(VENV)/.installed
 CPU_LEVELS := x86-64-v3 x86-64-v2
 
 .PHONY: demo test test-all test-cpu-levels lint typecheck clean env bench-deps bench
-# Peers for benchmarks only (demo and test do not need them): ONNX converters and TL2cgen.
-PEER_DEPS := "skl2onnx>=1.16" "onnxmltools>=1.12" "tl2cgen>=1.0"
+# Peers for benchmarks only (demo and test do not need them): ONNX converters, TL2cgen (with
+# treelite's GTIL) and oneDAL (scikit-learn-intelex's daal4py).
+PEER_DEPS := "skl2onnx>=1.16" "onnxmltools>=1.12" "tl2cgen>=1.0" "scikit-learn-intelex>=2025"
 
 env: $(STAMP)
 
