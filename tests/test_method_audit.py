@@ -283,6 +283,15 @@ FACTORIES: dict[tuple[str, str], list[Callable[[], Any]]] = {
 }
 
 
+# Sources whose methods are columns of another system, audited where that system runs:
+# a saved Spark ML pipeline's prediction/probability/rawPrediction, against Spark's transform
+# on a local session (the session is slow to start; one test file owns it)
+AUDITED_ELSEWHERE = {
+    ("SparkPipelineModel", "peregrine"): "tests/test_spark_ml_frontend.py::"
+                                          "test_methods_are_the_spark_columns",
+}
+
+
 def _classes() -> list[type]:
     load_all()
     return sorted((e.key for e in FRONTENDS), key=lambda c: (c.__module__, c.__name__))
@@ -331,6 +340,8 @@ def _source(model: Any, method: str, rows: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: f"{_key(c)[1]}.{c.__name__}")
 def test_compiled_model_has_every_method_of_the_source(cls):
+    if _key(cls) in AUDITED_ELSEWHERE:
+        pytest.skip(f"audited in {AUDITED_ELSEWHERE[_key(cls)]}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for make in _factories(cls):

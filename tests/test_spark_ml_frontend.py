@@ -177,6 +177,8 @@ def _compile(path: str, backend: str):
 # every stage, NaN, strings, categorical splits and multiclass in the default run; the other
 # models in the slow matrix
 QUICK = ("rf_classifier", "gbt_classifier", "lr_multinomial")
+METHODS = {"prediction": "predict", "probability": "predict_proba",
+           "rawPrediction": "decision_function"}
 MATRIX = [pytest.param(c, marks=() if c in QUICK else pytest.mark.slow) for c in sorted(CASES)]
 
 
@@ -186,6 +188,7 @@ def test_matches_spark_transform(saved, case, backend):
     path, test, expected = saved[case]
     compiled = _compile(path, backend)
     X = test[list(compiled.spec.feature_names)]
+    assert set(compiled.methods) == {METHODS[c] for c in expected}
     if _classifier(case):  # class indices: identical
         np.testing.assert_array_equal(compiled.predict(X), expected["prediction"])
     else:
@@ -196,6 +199,15 @@ def test_matches_spark_transform(saved, case, backend):
                                    rtol=RTOL, atol=ATOL)
         np.testing.assert_allclose(compiled.decision_function(X), expected["rawPrediction"],
                                    rtol=RTOL, atol=ATOL)
+
+
+def test_methods_are_the_spark_columns(saved):
+    """The method audit's entry for SparkPipelineModel (tests/test_method_audit.py): a
+    classifier's prediction, probability and rawPrediction columns, a regressor's prediction,
+    a feature pipeline's last output column as transform (test below)."""
+    for case in QUICK:  # regressors: in the matrix
+        path, _, expected = saved[case]
+        assert set(_compile(path, "reference").methods) == {METHODS[c] for c in expected}
 
 
 def test_inputs_are_the_columns_the_methods_need(saved):

@@ -96,6 +96,12 @@ def model_n_features(model: Any) -> int:
         if model_library(model) == "xgboost":
             return int(model.num_features())
         return int(model.num_feature())
+    try:  # a model only Peregrine reads (a saved Spark ML pipeline): its input contract
+        from peregrine.frontends import convert
+
+        return int(convert(model).n_features)
+    except Exception:  # noqa: BLE001 - no frontend takes it either
+        pass
     raise ValueError(f"cannot tell how many features {type(model).__name__} reads")
 
 

@@ -11,8 +11,15 @@ __all__ = ["LoadedModel", "ModelFormat", "load_model"]
 
 
 def load_model(path: str, *, allow_pickle: bool = False) -> LoadedModel:
+    import os
+
     from peregrine import sources
 
+    if os.path.isdir(path):  # a saved Spark ML model is a directory; sources decides
+        try:
+            return sources.load_model(path, allow_pickle=allow_pickle)
+        except ModelFileError as exc:
+            raise CLIError(str(exc)) from exc
     check_input_file(path, "model file")
     try:
         with open(path, "rb") as f:
