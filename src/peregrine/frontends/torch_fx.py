@@ -11,9 +11,7 @@ and every node of the traced graph becomes IR ops that compute in the module's d
   methods; SELU and CELU as ELU, ReLU6 and clamp as hardtanh) -> ACTIVATION; Dropout in eval
   mode, Identity, Flatten of a 2-D batch, view/reshape/squeeze/unsqueeze that keep one row per
   sample -> nothing;
-* nn.BatchNorm1d in eval mode -> AFFINE x * alpha + beta with torch's own alpha = weight /
-  sqrt(running_var + eps) and beta = bias - running_mean * alpha, computed in the dtype as
-  ATen's CPU kernel does (``batch_norm_cpu_collect_linear_and_constant_terms``);
+* nn.BatchNorm1d in eval mode (running statistics) -> BATCH_NORM;
 * arithmetic with a constant (a Python number rounds to the dtype, as torch does) -> AFFINE or,
   for ``x / c``, CENTER_SCALE (one correctly rounded division), both in their float32 mode;
   sum, difference or product of two tensors -> WEIGHTED_SUM or POLYNOMIAL (exact in float64)
@@ -662,19 +660,18 @@ def _m_batch_norm(tr: Translator, m: nn.BatchNorm1d, args: tuple, kwargs: dict) 
     if v.rank != 2 or v.width != m.num_features:
         raise tr.refuse(f"BatchNorm1d({m.num_features}) on a rank-{v.rank} tensor of width "
                         f"{v.width}")
-    # ATen's batch_norm_cpu_collect_linear_and_constant_terms, in the dtype (opmath of float
-    # is float): invstd = 1 / sqrt(var + eps), alpha = invstd * weight, beta = bias - mean *
-    # alpha (one rounding: a fused multiply-add, as measured on AVX2/AVX-512 CPUs); then out =
-    # x * alpha + beta, which ATen also fuses and AFFINE rounds twice: 1 ulp apart at most
     dt = np.dtype(tr.dtype)
-    mean = m.running_mean.detach().cpu().numpy().astype(dt)
-    var = m.running_var.detach().cpu().numpy().astype(dt)
-    invstd = dt.type(1) / np.sqrt(var + dt.type(m.eps))
-    weight = np.ones_like(var) if m.weight is None else m.weight.detach().cpu().numpy()
-    bias = np.zeros_like(var) if m.bias is None else m.bias.detach().cpu().numpy()
-    alpha = (invstd * weight.astype(dt)).astype(dt).astype(np.float64)
-    beta = (bias.astype(np.float64) - mean.astype(np.float64) * alpha).astype(dt)
-    return _affine(tr, v, alpha, beta.astype(np.float64))
+    ones, zeros = np.ones(v.width, dt), np.zeros(v.width, dt)
+
+    def values(t: Any, default: np.ndarray) -> np.ndarray:
+        return default if t is None else t.detach().cpu().numpy().astype(dt)
+
+    node = tr.g.add(Op.BATCH_NORM, (v.node,), width=v.width, net_dtype=tr.dtype,
+                    mean=values(m.running_mean, zeros).astype(np.float64),
+                    var=values(m.running_var, ones).astype(np.float64),
+                    weight=values(m.weight, ones).astype(np.float64),
+                    bias=values(m.bias, zeros).astype(np.float64), eps=float(m.eps))
+    return Value(node, v.width)
 
 
 def translate(g: GraphBuilder, module_: nn.Module, x: str, width: int, owner: str

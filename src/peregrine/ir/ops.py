@@ -56,6 +56,7 @@ class Op(enum.Enum):
     # neural-network layers in the network's own dtype (ir/semantics/nn.py)
     DENSE = "dense"  # x @ W + b (torch.nn.Linear)
     ACTIVATION = "activation"  # an element-wise or row-wise activation (ACTIVATIONS)
+    BATCH_NORM = "batch_norm"  # torch.nn.BatchNorm1d in eval mode
 
 
 # Element-wise NumPy ufuncs a UFUNC node may apply (FunctionTransformer's common funcs).

@@ -8,15 +8,27 @@ KERNEL, rbf with libsvm's form: the reference sums squared differences pair by p
 by rounding only (about 1e-16 (|x|^2 + |v|^2) in the distance), inside the conformance
 tolerances the suite checks for both backends; 1M rows against 485 support vectors went from
 25 s to 1.6 s (benchmark run 5).
+
+A PyTorch network's ops (DENSE, ACTIVATION, BATCH_NORM; issue #15 item 4) run torch's own
+kernels where torch is installed (``kernels/torch_nn.py``, as the torch backend does): the
+network was trained and is run by torch, and its float32 outputs feed the trees after it, so
+the source's bits are worth more than the rules' (NumPy's sgemm sums in another order; measured:
+2 to 13 of 300 training rows changed an XGBoost leaf with the rules, none with torch's kernels).
+Without torch (an artifact loaded elsewhere) they run their rules.
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 import numpy as np
 
 from peregrine.ir import Node, Op
 from peregrine.ir.semantics.kernels import rbf_expanded
 from peregrine.options import CompileOptions
+
+NETWORK_OPS = {Op.DENSE: "dense", Op.ACTIVATION: "activation", Op.BATCH_NORM: "batch_norm"}
+_TORCH = importlib.util.find_spec("torch") is not None
 
 
 def run(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
@@ -26,4 +38,8 @@ def run(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
     if node.op is Op.KERNEL and a.kind == "rbf" and a.center_rows is None:
         x = np.asarray(ins[0], dtype=np.float64)
         return rbf_expanded(x, np.asarray(a.vectors, dtype=np.float64), float(a.gamma))
+    if node.op in NETWORK_OPS and _TORCH:
+        from peregrine.kernels.torch_nn import run_numpy
+
+        return run_numpy(NETWORK_OPS[node.op], a, np.asarray(ins[0]))
     return a.rule(node, ins, options)

@@ -1,17 +1,18 @@
 """Neural-network layers: a PyTorch module inside a scikit-learn pipeline (issue #15 item 4),
-translated op by op by ``frontends/torch_nn.py``. A module computes in its parameters' dtype
+translated op by op by ``frontends/torch_fx.py``. A module computes in its parameters' dtype
 (float32 unless the user converted it) and what follows reads those numbers (a forest's splits
 compare the float32 outputs), so these ops compute in the network's ``net_dtype``, whatever their
 input: the input is rounded to it first and the output is in it (``float32_out``).
 
-Rounding. DENSE is a matrix product in the network's dtype, as torch's: NumPy's BLAS here (and
-in the native backend), torch's (MKL/oneDNN) in the torch backend and in the source. A float32
-sum's order is the BLAS library's blocking, which depends on the library, the CPU and the row
-count, so the last bits of a product may differ between backends and from the source (measured:
-none for a 6-input layer, two values in five for 16 inputs, each within 2 ulps). The
-element-wise activations are evaluated in float64 and rounded once (the correctly rounded
-value); torch's vectorised float32 kernels, which the torch backend calls, are within a few
-ulps of it (docs/exactness.md, "Networks").
+Rounding. DENSE is a matrix product in the network's dtype, as torch's: NumPy's BLAS in this
+rule, torch's (MKL/oneDNN) in the source and in the torch and native backends, which call
+torch's own kernels (``kernels/torch_nn.py``). A float32 sum's order is the BLAS library's
+blocking, which depends on the library, the CPU and the row count, so the rule's last bits may
+differ from the source's (measured: none for a 6-input layer, two values in five for 16
+inputs, each within 2 ulps). BATCH_NORM reproduces ATen's float32 terms and fused multiply-add.
+The element-wise activations are evaluated in float64 and rounded once (the correctly rounded
+value); torch's vectorised float32 kernels are within a few ulps of it (docs/exactness.md,
+"Networks").
 """
 
 from __future__ import annotations
@@ -138,6 +139,51 @@ class Activation(Attrs):
         with np.errstate(all="ignore"):  # overflow to inf, NaN in -> NaN out, as torch
             out = _ACTIVATION_RULES[self.kind](x, self)
         return out.astype(self.net_dtype)
+
+
+@define(Op.BATCH_NORM)
+class BatchNorm(Attrs):
+    """torch.nn.BatchNorm1d in eval mode, per column, in ``net_dtype``, as ATen's CPU kernel
+    computes it (``batch_norm_cpu_collect_linear_and_constant_terms``, then the transform):
+    invstd = 1 / sqrt(var + eps), alpha = invstd * weight and beta = bias - mean * alpha in the
+    dtype, out = x * alpha + beta. ATen fuses the two multiply-adds (``fmadd``, on the AVX2 and
+    AVX-512 CPUs the project runs on): here the exact float64 product and sum, rounded once
+    (a double rounding only when the float64 sum lands on a float32 tie, 2**-29 of the time)."""
+
+    PER_COLUMN = ("mean", "var", "weight", "bias")
+
+    mean: Any
+    var: Any
+    weight: Any
+    bias: Any
+    eps: float = 1e-5
+    net_dtype: str = "float32"
+
+    def check(self, n: Any, ins: list) -> None:
+        super().check(n, ins)
+        choice(n, "net_dtype", self.net_dtype, NET_DTYPES)
+        real(n, "eps", self.eps)
+        for key in ("mean", "var", "weight", "bias"):
+            a = exact_in(n, key, getattr(self, key), self.net_dtype)
+            if a.shape != (ins[0].width,) and ins[0].width is not None:
+                raise bad(n, f"{key} has shape {a.shape}, input {ins[0].width} columns")
+
+    def float32_out(self, ins_float32: list[bool]) -> bool:
+        return self.net_dtype == "float32"
+
+    def terms(self) -> tuple[np.ndarray, np.ndarray]:
+        """(alpha, beta) as ATen holds them, in the dtype (float64 arrays of its numbers)."""
+        dt = np.dtype(self.net_dtype)
+        var, w = f64(self.var).astype(dt), f64(self.weight).astype(dt)
+        invstd = dt.type(1) / np.sqrt(var + dt.type(self.eps))
+        alpha = f64((invstd * w).astype(dt))
+        beta = f64((f64(self.bias) - f64(self.mean) * alpha).astype(dt))  # fused: one rounding
+        return alpha, beta
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        alpha, beta = self.terms()
+        x = f64(in_dtype(ins[0], self.net_dtype))
+        return (x * alpha + beta).astype(self.net_dtype)
 
 
 def _gelu(x: np.ndarray, a: Activation) -> np.ndarray:
