@@ -84,8 +84,8 @@ def main() -> None:
                      args.repeat)
     spark_one = best(lambda: model.transform(one).select("probability").collect(), args.repeat)
     for name, fast in compiled.items():
-        big = best(lambda: fast.predict_proba(X), args.repeat)
-        small = best(lambda: fast.predict_proba(X.iloc[:1]), args.repeat * 20)
+        big = best(lambda f=fast: f.predict_proba(X), args.repeat)
+        small = best(lambda f=fast: f.predict_proba(X.iloc[:1]), args.repeat * 20)
         print(f"rows={len(X)}: peregrine-{name} {big * 1e3:.1f} ms, spark transform "
               f"{spark_big * 1e3:.1f} ms ({spark_big / big:.1f}x)")
         print(f"rows=1: peregrine-{name} {small * 1e3:.3f} ms, spark transform+collect "

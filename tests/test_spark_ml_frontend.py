@@ -239,6 +239,18 @@ def test_artifact_round_trip(saved, tmp_path):
     np.testing.assert_array_equal(loaded.predict(X), expected["prediction"])
 
 
+def test_cli_compiles_the_directory(saved, tmp_path, capsys):
+    from peregrine.cli import main
+
+    path, test, expected = saved["lr_multinomial"]
+    assert main(["compile", path, "-o", str(tmp_path / "m.peregrine"), "--backend",
+                 "reference"]) == 0
+    assert "spark-ml" in capsys.readouterr().out
+    loaded = peregrine.load(tmp_path / "m.peregrine")
+    np.testing.assert_array_equal(loaded.predict(test[list(loaded.spec.feature_names)]),
+                                  expected["prediction"])
+
+
 def test_loader_reads_the_directory(saved):
     path, _, _ = saved["gbt_classifier"]
     loaded = load_model(path)
@@ -281,3 +293,34 @@ def test_transformer_pipeline_compiles_transform(spark, tmp_path):  # noqa: F811
         compiled.transform(pd.DataFrame({"a": [1.0], "b": [2.0]}))
     meta = json.loads(open(next((tmp_path / "p" / "metadata").glob("part-*"))).read())
     assert meta["class"] == "org.apache.spark.ml.PipelineModel"
+
+
+def test_error_and_skip_rules_match_spark(spark, tmp_path):  # noqa: F811
+    """StringIndexer(error), OneHotEncoder(error) on a raw column with fractional values (Spark
+    truncates them), Bucketizer(skip): Spark's values on valid rows, InputError on the rows
+    Spark raises on or drops."""
+    from pyspark.ml import Pipeline
+    from pyspark.ml.feature import Bucketizer, OneHotEncoder, StringIndexer, VectorAssembler
+
+    train = pd.DataFrame({"s": ["x", "y", "y", "z"], "k": [0.0, 1.0, 2.0, 2.0],
+                          "b": [0.1, 0.5, 0.9, 0.2]})
+    pipeline = Pipeline(stages=[
+        StringIndexer(inputCol="s", outputCol="si", stringOrderType="alphabetDesc"),
+        OneHotEncoder(inputCols=["si", "k"], outputCols=["so", "ko"], dropLast=False),
+        Bucketizer(splits=[0.0, 0.5, 1.0], inputCol="b", outputCol="bb", handleInvalid="skip"),
+        VectorAssembler(inputCols=["so", "ko", "bb"], outputCol="v"),
+    ]).fit(spark.createDataFrame(train))
+    pipeline.write().overwrite().save(str(tmp_path / "p"))
+    rows = pd.DataFrame({"s": ["z", "x", "y"], "k": [1.5, 0.0, 2.9], "b": [1.0, 0.5, 0.0]})
+    got = (pipeline.transform(spark.createDataFrame(rows.assign(id=np.arange(3))))
+           .select("id", "v").toPandas().sort_values("id"))
+    compiled = peregrine.compile(str(tmp_path / "p"), backend="native")
+    np.testing.assert_array_equal(compiled.transform(rows[["s", "k", "b"]]),
+                                  np.stack([v.toArray() for v in got["v"]]))
+    for column, value, match in (("s", "w", "unseen"), ("s", None, "null"),
+                                 ("k", 3.0, "past the categories"), ("k", -0.5, "negative"),
+                                 ("b", np.nan, "drops this row")):
+        bad = rows[["s", "k", "b"]].copy()
+        bad.loc[1, column] = value
+        with pytest.raises(InputError, match=match):
+            compiled.transform(bad)
