@@ -127,3 +127,60 @@ def test_search_measures_each_representation_and_explain_names_them(tmp_path, mo
         assert name in choice.why  # each candidate with its time
     again = tune.choose_schedule(forest, CompileOptions(batch_size=512), HOST, 1)
     assert "cached decision" in again.why and again.schedule == choice.schedule
+
+
+def oblivious_forest(seed=0, n_trees=20, n_features=7, depth=5, n_outputs=1, **scalars):
+    """Symmetric trees (one feature, threshold and NaN direction per level), in heap order;
+    every third tree is shallower, as boosting's early trees may be."""
+    from peregrine.ir import make_forest
+
+    rng = np.random.default_rng(seed)
+    parts = {k: [] for k in ("feature", "threshold", "left", "right", "nan_left", "value")}
+    offsets = [0]
+    for t in range(n_trees):
+        d = depth if t % 3 else max(1, depth - 2)
+        n_int = 2**d - 1
+        feats = rng.integers(n_features, size=d)
+        thr = np.round(rng.normal(size=d), 2)
+        nan_left = rng.random(d) < 0.5
+        level = np.floor(np.log2(np.arange(n_int) + 1)).astype(int)
+        idx = np.arange(n_int)
+        base = offsets[-1]
+        parts["feature"] += [np.concatenate([feats[level], np.full(n_int + 1, -1)])]
+        parts["threshold"] += [np.concatenate([thr[level], np.zeros(n_int + 1)])]
+        parts["left"] += [np.concatenate([base + 2 * idx + 1, np.full(n_int + 1, -1)])]
+        parts["right"] += [np.concatenate([base + 2 * idx + 2, np.full(n_int + 1, -1)])]
+        parts["nan_left"] += [np.concatenate([nan_left[level], np.zeros(n_int + 1, bool)])]
+        parts["value"] += [np.concatenate([np.zeros(n_int), rng.normal(size=n_int + 1)])]
+        offsets.append(base + 2 * n_int + 1)
+    return make_forest(**{k: np.concatenate(v) for k, v in parts.items()},
+                       tree_offsets=np.array(offsets), n_features=n_features,
+                       n_outputs=n_outputs, base_score=rng.normal(size=n_outputs), **scalars)
+
+
+@pytest.mark.parametrize("interleave", [1, 4])
+def test_oblivious_gives_the_perfect_layouts_bits(interleave):
+    forest = oblivious_forest()
+    spec, X = model_spec(forest), edge_rows(forest, n=301)
+    tile = 16 * interleave * 2
+    oblivious = check(spec, X, Schedule(layout="oblivious", interleave=interleave,
+                                        row_tile=tile))
+    assert layout_of(oblivious) == "oblivious"
+    perfect = compiled(spec, Schedule(layout="perfect", interleave=interleave, row_tile=tile))
+    for dtype in (np.float64, np.float32):
+        Xd = X.astype(dtype)
+        for rows in (Xd, Xd[:1], Xd[:17], Xd[:tile + 5]):
+            np.testing.assert_array_equal(oblivious.predict(rows), perfect.predict(rows))
+    # the heuristic takes it for batches wherever the forest is oblivious
+    from peregrine.backends.native import tune
+
+    assert tune.heuristic(forest, HOST).schedule.layout is Layout.OBLIVIOUS
+
+
+def test_oblivious_refuses_trees_with_two_splits_on_a_level():
+    rep = REPRESENTATIONS[Layout.OBLIVIOUS]
+    assert rep.unsupported(oblivious_forest(), np.dtype(np.float64), HOST) is None
+    assert "level" in rep.unsupported(random_forest(), np.dtype(np.float64), HOST)
+    assert choose_layout(random_forest(), Layout.OBLIVIOUS, np.float64, HOST) is Layout.PERFECT
+    assert choose_layout(oblivious_forest(), Layout.OBLIVIOUS, np.float64, HOST,
+                         Lanes.TREES) is Layout.PERFECT

@@ -59,7 +59,7 @@ CACHE_ROWS_BYTES = 64 << 10  # stack buffer for a transposed row tile (see Sched
 
 @dataclass(frozen=True)
 class KernelSpec:
-    layout: str  # "perfect" | "sparse" | "binned" (representations.py)
+    layout: str  # "perfect" | "sparse" | "binned" | "oblivious" (representations.py)
     depth: int  # PERFECT/BINNED: levels walked (0 for SPARSE: its walks read the depth per tree)
     x_dtype: str
     cmp_dtype: str
@@ -311,7 +311,7 @@ class _Kernel(Walks, BinnedWalks):
     def tree(self, t: ir.Value) -> None:
         s, b, v = self.spec, self.b, self.v
         at = lambda name: b.load(gep(b, self.d[name], [t], source_etype=I32), typ=I32)  # noqa: E731
-        if s.layout in ("perfect", "binned"):  # slots from t * (2**depth - 1), leaves t << depth
+        if s.layout != "sparse":  # slots from t * (2**depth - 1), leaves from t << depth
             t32 = b.trunc(t, I32)
             root = b.mul(t32, ir.Constant(I32, 2**s.depth - 1))
             leaf0 = v.splat(b.shl(t32, ir.Constant(I32, s.depth)))
@@ -341,7 +341,7 @@ class _Kernel(Walks, BinnedWalks):
             return b.load(gep(b, self.xblock, [at], source_etype=self.ct), typ=v.ty(self.ct),
                           align=align(self.ct))
 
-        if level == 0:
+        if scalar_f is not None:  # level 0, or any level of an oblivious tree
             return row_vector(scalar_f)
         if level in (1, 2) and root is not None and self.contiguous_levels >= level:
             # 2 or 4 possible nodes: read each one's feature for all lanes and select

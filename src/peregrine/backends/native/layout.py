@@ -24,6 +24,7 @@ from peregrine.backends.native.representations import (
     NAN_LEFT,
     REPRESENTATIONS,
     aligned,
+    node_words,
 )
 from peregrine.backends.native.schedule import Lanes, Layout, Schedule
 from peregrine.ir import Aggregation, Forest
@@ -91,12 +92,14 @@ class PackedForest:
 def choose_layout(forest: Forest, requested: Layout, cmp_dtype: np.dtype | None = None,
                   target=None, lanes: Lanes = Lanes.ROWS, vector_width: int = 16) -> Layout:
     """The requested representation where it can hold this forest (BINNED also needs the
-    target, and 16 row lanes: a 64-byte register of bytes), else PERFECT, else SPARSE, which
-    holds any forest."""
+    target, and 16 row lanes: a 64-byte register of bytes; OBLIVIOUS row lanes), else PERFECT,
+    else SPARSE, which holds any forest."""
     order = [requested, Layout.PERFECT, Layout.SPARSE]
     for layout in order:
         if layout is Layout.BINNED and (target is None or lanes is not Lanes.ROWS
                                         or vector_width != 16):
+            continue
+        if layout is Layout.OBLIVIOUS and lanes is not Lanes.ROWS:  # lanes walk other trees
             continue
         why = REPRESENTATIONS[layout].unsupported(forest, np.dtype(cmp_dtype or np.float32),
                                                   target)
@@ -120,7 +123,7 @@ def pack(forest: Forest, schedule: Schedule, cmp_dtype: np.dtype, target=None) -
     cmp_dtype = np.dtype(cmp_dtype)
     layout = choose_layout(forest, schedule.layout, cmp_dtype, target, schedule.lanes,
                            schedule.vector_width)
-    words, thr = _node_words(forest, cmp_dtype)
+    words, thr = node_words(forest, cmp_dtype)
     depths = forest.tree_depths().astype(np.int32)
     order = np.arange(forest.n_trees, dtype=np.int64)
     if schedule.reorder_trees and forest.sum_dtype == np.float64:
@@ -163,22 +166,6 @@ def pack(forest: Forest, schedule: Schedule, cmp_dtype: np.dtype, target=None) -
         base=np.ascontiguousarray(forest.base_score, dtype=np.float64),
         **nodes,
     )
-
-
-def _node_words(forest: Forest, cmp_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
-    """Feature word and threshold of every original node (leaves: 0 and 0)."""
-    internal = ~forest.is_leaf
-    words = np.where(internal, forest.feature, 0).astype(np.int64)
-    words |= np.where(internal & forest.nan_left, NAN_LEFT, 0)
-    if forest.has_missing_zero:
-        words |= np.where(internal & forest.missing_zero, MISSING_ZERO, 0)
-    thr = np.where(internal, forest.thresholds_for(cmp_dtype), 0).astype(cmp_dtype)
-    if forest.has_categorical:
-        cat = internal & (forest.cat_index >= 0)
-        words |= np.where(cat, CATEGORICAL, 0)
-        int_view = thr.view(np.int32 if cmp_dtype.itemsize == 4 else np.int64)
-        int_view[cat] = forest.cat_index[cat]
-    return words.astype(np.uint32).view(np.int32), thr
 
 
 def _node_pairs(feat: np.ndarray, thr: np.ndarray) -> np.ndarray:

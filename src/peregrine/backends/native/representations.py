@@ -29,6 +29,10 @@ The walks that read each representation are in ``walks.py`` (``Walks.walk``), ke
   twice as many registers as feature and threshold did: the representation for CPUs whose
   gathers are slow (Zen 4). Needs at most ``MAX_RANKS`` distinct thresholds per feature and no
   categorical or LightGBM zero-band splits.
+* OBLIVIOUS: PERFECT slots of forests whose trees test one (feature, threshold, flags) per level
+  (CatBoost's symmetric trees; a shallower tree's padding levels qualify too). A walk reads
+  each level's node once for all lanes, and every lane's input for it is one contiguous load
+  from the transposed row tile: only the leaf is gathered.
 """
 
 from __future__ import annotations
@@ -191,6 +195,44 @@ class Binned(Perfect):
         return 0.5 * forest.max_depth() * (1 + forest.n_features / 64)
 
 
+class Oblivious(Perfect):
+    name = "oblivious"
+
+    def unsupported(self, forest, cmp_dtype, target):
+        why = super().unsupported(forest, cmp_dtype, target)
+        if why is not None:
+            return why
+        words, thr = node_words(forest, np.dtype(cmp_dtype))
+        order = np.arange(forest.n_trees)
+        feat, thr_all, _ = _perfect_slots(forest, order, words, thr, np.dtype(cmp_dtype))
+        for level in range(forest.max_depth()):
+            lo, hi = 2**level - 1, 2**(level + 1) - 1
+            bits = thr_all[:, lo:hi].view(np.int32 if thr_all.itemsize == 4 else np.int64)
+            if not (np.all(feat[:, lo:hi] == feat[:, lo:lo + 1])
+                    and np.all(bits == bits[:, :1])):  # bitwise: NaN thresholds equal too
+                return f"level {level} tests more than one split in a tree"
+        return None
+
+    def cost(self, forest, target):
+        return 0.25 * forest.max_depth()
+
+
+def node_words(forest: Forest, cmp_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    """Feature word and threshold of every original node (leaves: 0 and 0)."""
+    internal = ~forest.is_leaf
+    words = np.where(internal, forest.feature, 0).astype(np.int64)
+    words |= np.where(internal & forest.nan_left, NAN_LEFT, 0)
+    if forest.has_missing_zero:
+        words |= np.where(internal & forest.missing_zero, MISSING_ZERO, 0)
+    thr = np.where(internal, forest.thresholds_for(cmp_dtype), 0).astype(cmp_dtype)
+    if forest.has_categorical:
+        cat = internal & (forest.cat_index >= 0)
+        words |= np.where(cat, CATEGORICAL, 0)
+        int_view = thr.view(np.int32 if cmp_dtype.itemsize == 4 else np.int64)
+        int_view[cat] = forest.cat_index[cat]
+    return words.astype(np.uint32).view(np.int32), thr
+
+
 def feature_thresholds(forest: Forest, cmp_dtype: np.dtype) -> dict[int, np.ndarray] | None:
     """Distinct thresholds per feature, sorted, in the compare dtype (``Forest.thresholds_for``,
     the values the one rule ``x <= t`` compares with; NaN ones left out: rank 0); None when one
@@ -247,4 +289,5 @@ def aligned(n: int, dtype: np.dtype, align: int = 64) -> np.ndarray:
 
 
 REPRESENTATIONS: dict[Layout, Representation] = {
-    Layout.PERFECT: Perfect(), Layout.SPARSE: Sparse(), Layout.BINNED: Binned()}
+    Layout.PERFECT: Perfect(), Layout.SPARSE: Sparse(), Layout.BINNED: Binned(),
+    Layout.OBLIVIOUS: Oblivious()}

@@ -32,6 +32,9 @@ class Layout(enum.Enum):
     # PERFECT slots with inputs quantised to per-feature threshold ranks: a row tile becomes
     # bytes that byte permutes (AVX-512 VBMI) index, so walks gather no inputs (representations.py)
     BINNED = "binned"
+    # PERFECT slots of oblivious trees (one split per level, CatBoost's symmetric trees): each
+    # level is one scalar node and one contiguous input load for all lanes, no gathers
+    OBLIVIOUS = "oblivious"
 
 
 class LoopOrder(enum.Enum):

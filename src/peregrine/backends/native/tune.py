@@ -64,7 +64,9 @@ def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
     perfect = layout is Layout.PERFECT
     batch_layout = cheapest_layout(forest, target, layout)
     if batch_layout is not layout:
-        why.append(f"batches: {batch_layout.value} layout (no input gathers)")
+        why.append(f"batches: {batch_layout.value} layout (cost hints: "
+                   f"{REPRESENTATIONS[batch_layout].cost(forest, target):.1f} vs "
+                   f"{REPRESENTATIONS[layout].cost(forest, target):.1f})")
     # perfect walks read levels 1-6 from registers and need fewer walks to hide the rest;
     # sparse walks gather every level (feature and threshold as one 64-bit word: 25% faster
     # measured on a depth-35 random forest) and want more walks in flight
@@ -92,10 +94,11 @@ def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
 
 
 def cheapest_layout(forest: Forest, target: Any, layout: Layout) -> Layout:
-    """``layout`` or a representation derived from it (BINNED from PERFECT) that can hold the
+    """``layout`` or a representation derived from it (BINNED, OBLIVIOUS from PERFECT) that can hold the
     forest on this target and that the cost hints rank lower (representations.py)."""
     cmp = np.dtype(forest.input_dtype if forest.input_dtype == np.float32 else np.float64)
-    options = [layout] + ([Layout.BINNED] if layout is Layout.PERFECT else [])
+    options = [layout] + ([Layout.BINNED, Layout.OBLIVIOUS] if layout is Layout.PERFECT
+                          else [])
     usable = [lay for lay in options if choose_layout(forest, lay, cmp, target) is lay]
     return min(usable, key=lambda lay: REPRESENTATIONS[lay].cost(forest, target),
                default=layout)
@@ -118,7 +121,7 @@ def candidates(base: Choice, batch: int, forest: Forest | None = None,
     changes: list[dict] = []
     if forest is not None and target is not None and s.vector_width == 16:
         cmp = np.dtype(forest.input_dtype if forest.input_dtype == np.float32 else np.float64)
-        for layout in (Layout.BINNED, Layout.PERFECT):
+        for layout in (Layout.OBLIVIOUS, Layout.BINNED, Layout.PERFECT):
             if layout is not s.layout and choose_layout(forest, layout, cmp, target) is layout:
                 changes.append({"layout": layout, "node_pairs": False})
     changes += [{"interleave": 4}, {"interleave": 8}, {"tree_tile": 16, "row_tile": 512}]

@@ -38,6 +38,7 @@ class Walks:
         permutes of the tree's first slots (AVX2/AVX-512), deeper levels gather."""
         s, b, v, K = self.spec, self.b, self.v, self.spec.interleave
         binned = s.layout == "binned"
+        oblivious = s.layout == "oblivious"
         idx = [v.const(I32, 0)] * K
         tables: dict[tuple[str, int], ir.Value] = {}
 
@@ -57,9 +58,10 @@ class Walks:
             use_table = root is not None and regs <= MAX_TABLE_REGS * (2 if binned else 1)
             nodes = []
             for k in range(K):
-                if level == 0 and root is not None:
-                    f = b.load(gep(b, self.d["feat"], [root], source_etype=I32), typ=I32)
-                    t = None if binned else b.load(gep(b, self.d["thr"], [root],
+                if root is not None and (level == 0 or oblivious):  # one node for all lanes
+                    first_slot = b.add(root, ir.Constant(I32, first)) if level else root
+                    f = b.load(gep(b, self.d["feat"], [first_slot], source_etype=I32), typ=I32)
+                    t = None if binned else b.load(gep(b, self.d["thr"], [first_slot],
                                                        source_etype=self.ct), typ=self.ct)
                     nodes.append((v.splat(f), None if binned else v.splat(t), f))
                     continue
