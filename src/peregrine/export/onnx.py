@@ -107,7 +107,10 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
         lower = LOWERINGS.get(node.op)
         if lower is None:
             e.refuse(node)
-        out = lower(e, node, [names[i] for i in node.inputs])  # type: ignore[misc]
+        ins = [names[i] for i in node.inputs]
+        if node.dtype != "int64":  # labels (int64) feeding arithmetic: NumPy's promotion
+            ins = [e.to_double(i) for i in ins]
+        out = lower(e, node, ins)  # type: ignore[misc]
         names[node.name] = out
         e.dtypes[out] = TensorProto.INT64 if node.dtype == "int64" else TensorProto.DOUBLE
         e.widths[out] = node.width
@@ -187,14 +190,20 @@ def validation_rows(compiled: Any, n: int = 512, seed: int = 0) -> np.ndarray:
             continue
         internal = f.feature >= 0
         for j, t in zip(f.feature[internal], f.threshold[internal]):
-            pools[j].append(float(t))
+            # scikit-learn splits non-missing from missing values at threshold +inf: no
+            # edge to probe there, and inf is no row for a source that rejects it
+            if np.isfinite(t):
+                pools[j].append(float(t))
     for j, pool in enumerate(pools):
         if pool:
             t = rng.choice(np.asarray(pool), size=n)
-            t32 = t.astype(np.float32)
-            cand = np.stack([t, np.nextafter(t, -np.inf), np.nextafter(t, np.inf), t32,
-                             np.nextafter(t32, np.float32(-np.inf)).astype(np.float64),
-                             np.nextafter(t32, np.float32(np.inf)).astype(np.float64)], 1)
+            with np.errstate(over="ignore"):
+                t32 = t.astype(np.float32)
+                cand = np.stack([t, np.nextafter(t, -np.inf), np.nextafter(t, np.inf), t32,
+                                 np.nextafter(t32, np.float32(-np.inf)).astype(np.float64),
+                                 np.nextafter(t32, np.float32(np.inf)).astype(np.float64)], 1)
+            # a threshold past float32's range has no float32 neighbours: probe it instead
+            cand = np.where(np.isfinite(cand), cand, t[:, None])
             pick = cand[np.arange(n), rng.integers(0, cand.shape[1], n)]
             X[:, j] = np.where(rng.random(n) < 0.8, pick, X[:, j])
     if spec.allow_nan:
