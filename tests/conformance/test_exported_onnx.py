@@ -145,3 +145,14 @@ def test_exported_matches_source(case, rows_cache, tmp_path):
         if want.dtype.kind == "U" and have.dtype == object:  # ONNX strings come back as str
             have = have.astype(want.dtype)
         assert_same(method, have, want, f"{case.id} onnx float64 {method} -> {output}")
+
+
+def test_opset_too_old_names_the_ops_and_backends(tmp_path):
+    """Below opset 18 ReduceSum/ReduceMax take no axes input: refused, naming them and the
+    backends that run the model; nothing is written."""
+    case = next(c for c in CASES if c.id == "pipe-logreg-3c")
+    compiled = peregrine.compile(case.built[0], "reference")
+    path = tmp_path / "model.onnx"
+    with pytest.raises(UnsupportedModelError, match=r"opset 17.*ReduceSum.*reference, torch"):
+        export_onnx(compiled, path, opset=17)
+    assert not path.exists()

@@ -72,14 +72,16 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
 
     # importing registers the lowerings
     from peregrine.export import onnx_ops, onnx_trees  # noqa: F401
-    from peregrine.export.onnx_graph import LOWERINGS, Emitter
+    from peregrine.export.onnx_graph import LOWERINGS, RUNNING_BACKENDS, Emitter
 
     spec = compiled.spec
     opset = DEFAULT_OPSET if opset is None else int(opset)
     if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
         raise UnsupportedModelError(
             f"ONNX opset {opset} is not exported: Peregrine writes opsets {MIN_OPSET} to "
-            f"{onnx.defs.onnx_opset_version()} (ReduceSum/ReduceMax with axes inputs)")
+            f"{onnx.defs.onnx_opset_version()} (ReduceSum/ReduceMax with axes inputs); the "
+            f"{RUNNING_BACKENDS} backends run {spec.source}: peregrine.compile(model, "
+            "backend=...)")
     if ml_ops not in ("auto", "always", "never"):
         raise ValueError(f"ml_ops={ml_ops!r}: use 'auto', 'always' or 'never'")
     if spec.category_maps or spec.hash_columns:
