@@ -68,8 +68,8 @@ _REFUSALS: dict[str, tuple[str, ...]] = {
         "kernel-ocsvm-sigmoid", "kernel-kpca-linear", "kernel-kpca-poly", "kernel-kpca-rbf",
         "kernel-kpca-sigmoid", "kernel-kpca-cosine", "kernel-pipe-scale-svc",
         "kernel-pipe-scale-kpca-knn"),
-    # KNN, KNN_IMPUTE, QUANTILE, POWER, BSPLINE, INTERP, WEIGHTED_MEDIAN, OVR_DECISION,
-    # LOG_ADD_EXP: no ONNX lowering yet (each refuses naming itself)
+    # KNN, KNN_IMPUTE, QUANTILE, POWER, BSPLINE, INTERP, WEIGHTED_MEDIAN, OVR_DECISION: no ONNX
+    # lowering yet (each refuses naming itself)
     r"op knn \(IR node": (
         "kernel-knn-uniform-euclidean", "kernel-knn-uniform-manhattan",
         "kernel-knn-uniform-chebyshev", "kernel-knn-uniform-minkowski",
@@ -88,7 +88,6 @@ _REFUSALS: dict[str, tuple[str, ...]] = {
     r"op interp": ("meta-cal-isotonic-2c", "meta-cal-isotonic-3c"),
     r"op weighted_median": ("meta-ada-reg",),
     r"op ovr_decision": ("meta-ovo-3c",),
-    r"op log_add_exp": ("meta-bag-trees-3c",),
     # networks (TorchStep, skorch): the float32 network ops (DENSE / ACTIVATION / BATCH_NORM,
     # torch's kernels) have no ONNX lowering yet; the first one reached names itself
     r"op activation": ("hybrid-scaler-torchstep-lightgbm",

@@ -247,7 +247,7 @@ _UFUNCS = {
     "rint": lambda e, x: e.op("Round", [x]),  # both round half to even
     "sin": lambda e, x: e.op("Sin", [x]),
     "cos": lambda e, x: e.op("Cos", [x]),
-    "log1p": lambda e, x: e.op("Log", [e.op("Add", [x, e.const(np.asarray(1.0))])]),
+    "log1p": lambda e, x: _log1p(e, x),
     "expm1": lambda e, x: e.op("Sub", [e.op("Exp", [x]), e.const(np.asarray(1.0))]),
     "exp2": lambda e, x: e.op("Pow", [e.const(np.asarray(2.0)), x]),
     "log2": lambda e, x: e.op("Div", [e.op("Log", [x]), e.const(np.asarray(_LN2))]),
@@ -354,3 +354,50 @@ def lower_range_check(e: Emitter, n: Any, ins: list[str]) -> str:
     a, x = n.attrs, ins[0]
     out = e.op("Or", [e.op("Less", [x, e.row(a.low)]), e.op("Greater", [x, e.row(a.high)])])
     return e.op("Cast", [out], to=DOUBLE)
+
+
+def _log1p(e: Emitter, z: str) -> str:
+    """log1p without the rounding of 1 + z: w = 1 + z, then z where w == 1, else
+    log(w) * z / (w - 1) (Goldberg, "What every computer scientist should know about
+    floating-point arithmetic", thm. 4: within a few ulps); +inf stays +inf."""
+    one = e.const(np.asarray(1.0))
+    w = e.op("Add", [one, z])
+    ratio = e.op("Div", [e.op("Mul", [e.op("Log", [w]), z]), e.op("Sub", [w, one])])
+    out = e.op("Where", [e.op("Equal", [w, one]), z, ratio])
+    inf = e.const(np.asarray(np.inf))
+    return e.op("Where", [e.op("Equal", [w, inf]), inf, out])
+
+
+def _log_add_exp(e: Emitter, x: str, y: str) -> str:
+    """np.logaddexp's branches (npy_logaddexp): x == y -> x + log 2 (equal infinities);
+    else the larger plus log1p(exp(-|x - y|)); NaN in either gives NaN."""
+    d = e.op("Sub", [x, y])
+    big = e.op("Where", [e.op("Greater", [d, e.const(np.asarray(0.0))]), x, y])
+    tail = _log1p(e, e.op("Exp", [e.op("Neg", [e.op("Abs", [d])])]))
+    out = e.op("Add", [big, tail])
+    same = e.op("Add", [x, e.const(np.asarray(float(np.log(2.0))))])
+    return e.op("Where", [e.op("Equal", [x, y]), same, out])
+
+
+@lowering(Op.LOG_ADD_EXP)
+def lower_log_add_exp(e: Emitter, n: Any, ins: list[str]) -> str:
+    """The rule's order: per joblib job a running logaddexp from -inf over its members (a
+    member's columns gathered, combined, and put back by one Gather over [acc, new]), then
+    the jobs combined in order, minus ``shift``."""
+    a, width = n.attrs, int(n.width)
+    rows = e.op("Slice", [e.op("Shape", [ins[0]]), e.const(np.asarray([0], np.int64)),
+                          e.const(np.asarray([1], np.int64))])
+    shape = e.op("Concat", [rows, e.const(np.asarray([width], np.int64))], axis=0)
+    starts = [int(s) for s in a.starts]
+    out = None
+    for lo, hi in zip(starts[:-1], starts[1:]):
+        acc = e.op("Expand", [e.const(np.full((1, 1), -np.inf)), shape])
+        for x, cols in zip(ins[lo:hi], a.columns[lo:hi]):
+            cols = np.asarray(cols, np.int64).reshape(-1)
+            new = _log_add_exp(e, e.op("Gather", [acc, e.const(cols)], axis=1), x)
+            idx = np.arange(width, dtype=np.int64)
+            idx[cols] = width + np.arange(len(cols))
+            acc = e.op("Gather", [e.op("Concat", [acc, new], axis=1), e.const(idx)], axis=1)
+        out = acc if out is None else _log_add_exp(e, out, acc)
+    assert out is not None
+    return e.op("Sub", [out, e.const(np.asarray(float(a.shift)))])
