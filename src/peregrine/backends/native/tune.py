@@ -94,8 +94,9 @@ def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
 
 
 def cheapest_layout(forest: Forest, target: Any, layout: Layout) -> Layout:
-    """``layout`` or a representation derived from it (BINNED, OBLIVIOUS from PERFECT) that can hold the
-    forest on this target and that the cost hints rank lower (representations.py)."""
+    """``layout`` or a representation derived from it (BINNED, OBLIVIOUS from PERFECT) that
+    can hold the forest on this target and that the cost hints rank lower
+    (representations.py)."""
     cmp = np.dtype(forest.input_dtype if forest.input_dtype == np.float32 else np.float64)
     options = [layout] + ([Layout.BINNED, Layout.OBLIVIOUS] if layout is Layout.PERFECT
                           else [])
@@ -127,8 +128,8 @@ def candidates(base: Choice, batch: int, forest: Forest | None = None,
     changes += [{"interleave": 4}, {"interleave": 8}, {"tree_tile": 16, "row_tile": 512}]
     for change in changes:
         variant = s.replace(**change)
-        if variant.layout is Layout.BINNED and variant.row_tile * forest.n_features > (
-                CACHE_ROWS_BYTES):
+        if variant.layout is Layout.BINNED and forest is not None and (
+                variant.row_tile * forest.n_features > CACHE_ROWS_BYTES):
             continue
         if variant != s and variant.block_rows <= max(batch, s.vector_width):
             out.append(Choice(variant, few, base.few_rows_max, base.why))
