@@ -183,3 +183,17 @@ def test_module_reimports_after_the_missing_extra_test():
     from peregrine.backends import available_backends
 
     assert "tvm" in available_backends()
+
+
+def test_n_threads_sizes_tvms_pool_and_keeps_the_bits():
+    from sklearn.datasets import make_classification
+    from sklearn.ensemble import RandomForestClassifier
+
+    X, y = make_classification(600, 6, random_state=3)
+    model = RandomForestClassifier(n_estimators=8, max_depth=5, random_state=0).fit(X, y)
+    outs = []
+    for n in (1, 2):
+        compiled = peregrine.compile(model, "tvm", options=peregrine.CompileOptions(n_threads=n))
+        outs.append(compiled.predict_proba(X))
+        assert tvm.get_global_func("runtime.NumThreads")() == n
+    np.testing.assert_array_equal(outs[0], outs[1])

@@ -61,6 +61,22 @@ def probe(spec: ModelSpec, dtype: str, options: CompileOptions) -> dict[str, np.
     return values
 
 
+_pool = {"threads": None}
+_pool_lock = threading.Lock()
+
+
+def use_threads(n: int | None) -> None:
+    """Size TVM's thread pool to ``CompileOptions.n_threads`` (None: TVM's own default). The
+    pool belongs to the process, so it follows the model called last; resizing happens only
+    when the count changes."""
+    if not n or _pool["threads"] == n:
+        return
+    with _pool_lock:
+        if _pool["threads"] != n:
+            tvm.get_global_func("runtime.config_threadpool")(1, int(n))  # 1: all big cores
+            _pool["threads"] = n
+
+
 class TvmExecutable(Executable):
     backend_name = "tvm"
 
@@ -147,6 +163,7 @@ class TvmExecutable(Executable):
             arg = tvm.runtime.from_dlpack(X)
         else:
             arg = tvm.runtime.tensor(np.ascontiguousarray(X))
+        use_threads(self.options.n_threads)
         return dict(zip(self.outputs, self._vm()[function_name(X.dtype.name)](arg)))
 
     def run(self, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
