@@ -309,3 +309,21 @@ def test_bench_command_against_installed_peers(model, files):
         for system in doc["systems"]:
             if system["status"] == "ok" and system["kind"] != "source":
                 assert system["check"]["status"] in ("ok", "mismatch", "unchecked")
+
+
+def test_bench_command_on_a_catboost_file(tmp_path):
+    """A .cbm file read with load_model() reports n_features_in_ == 0: the input width comes
+    from its frontend, and CatBoost's own predict is the reference the others are checked on."""
+    cb = pytest.importorskip("catboost")
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4))
+    model = cb.CatBoostClassifier(iterations=20, depth=3, verbose=0, thread_count=1)
+    model.fit(X, (X[:, 0] + X[:, 1] > 0).astype(int))
+    model.save_model(str(tmp_path / "m.cbm"))
+    report = tmp_path / "report"
+    r = bench_cli(tmp_path / "m.cbm", "--rows", "200", *QUICK, "--peers", "native",
+                  "--report", report)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((report / "report.json").read_text())
+    assert [s["status"] for s in doc["systems"]] == ["ok", "ok"], doc["systems"]
+    assert doc["systems"][1]["check"]["status"] == "ok"

@@ -90,7 +90,8 @@ def score_method(model: Any) -> str:
 def model_n_features(model: Any) -> int:
     for attr in ("n_features_in_", "n_features_"):
         n = getattr(model, attr, None)
-        if isinstance(n, (int, np.integer)):
+        # a CatBoost model read with load_model() says 0 here: ask its frontend below
+        if isinstance(n, (int, np.integer)) and n > 0:
             return int(n)
     if is_booster(model):
         if model_library(model) == "xgboost":
