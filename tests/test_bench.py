@@ -327,3 +327,24 @@ def test_bench_command_on_a_catboost_file(tmp_path):
     doc = json.loads((report / "report.json").read_text())
     assert [s["status"] for s in doc["systems"]] == ["ok", "ok"], doc["systems"]
     assert doc["systems"][1]["check"]["status"] == "ok"
+
+
+def test_bench_command_on_an_onnx_file(tmp_path):
+    """An ONNX-ML file's own scorer is ONNX Runtime on the file: the reference for the check."""
+    pytest.importorskip("onnxruntime")
+    skl2onnx = pytest.importorskip("skl2onnx")
+    from sklearn.ensemble import RandomForestClassifier
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(300, 5)).astype(np.float32)
+    model = RandomForestClassifier(n_estimators=5, max_depth=4, random_state=0)
+    model.fit(X, (X[:, 0] > 0).astype(int))
+    onx = skl2onnx.to_onnx(model, X[:1], options={"zipmap": False})
+    (tmp_path / "m.onnx").write_bytes(onx.SerializeToString())
+    report = tmp_path / "report"
+    r = bench_cli(tmp_path / "m.onnx", "--rows", "200", *QUICK, "--peers", "native",
+                  "--report", report)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((report / "report.json").read_text())
+    assert [s["status"] for s in doc["systems"]] == ["ok", "ok"], doc["systems"]
+    assert doc["systems"][1]["check"]["status"] == "ok"

@@ -192,6 +192,8 @@ class SourcePeer(Peer):
 
     def prepare(self, model: Any, n_features: int, *, threads: int | None = None) -> Predict:
         library = model_library(model)
+        if library == "onnx":  # an ONNX file's own scorer is ONNX Runtime on that very file
+            return _onnx_file_predict(model, threads)
         if is_booster(model) and library == "xgboost":
             booster = model.copy()
             if threads:
@@ -205,6 +207,26 @@ class SourcePeer(Peer):
             model = copy.copy(model)
             model.set_params(n_jobs=threads)
         return getattr(model, score_method(model))
+
+
+def _onnx_file_predict(model: Any, threads: int | None) -> Predict:
+    """The file's first output (a classifier's labels, a regressor's values: what ``predict``
+    of the compiled model returns) in ONNX Runtime, fed in the dtype the graph declares."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    if threads:
+        so.intra_op_num_threads, so.inter_op_num_threads = threads, 1
+    sess = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    first = sess.get_inputs()[0]
+    dtype = np.float64 if first.type == "tensor(double)" else np.float32
+    output = sess.get_outputs()[0].name
+
+    def run(X: np.ndarray) -> np.ndarray:
+        return sess.run([output], {first.name: np.asarray(X, dtype=dtype)})[0]
+
+    return run
 
 
 class PeregrinePeer(Peer):
