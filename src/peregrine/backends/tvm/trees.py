@@ -267,11 +267,14 @@ def forest_walk(forest: Forest, plan: ForestPlan) -> Any:
                     acc[i, k] = BASE[k]
                 else:
                     acc[i, k] = T.Cast(sdt, 0)
+            # the last (or only) block walks only its own rows: one row costs one walk per
+            # tree, not B
+            rows = T.min(T.int64(B), n - blk * B)
             for tr in range(ntrees):
-                for i in range(B):
+                for i in range(rows):
                     p[i] = RT[tr]
                 for _lvl in range(depth):
-                    for i in range(B):
+                    for i in range(rows):
                         at = p[i] + tr * step if perfect else p[i]
                         v = T.Cast(cdt, X[T.min(blk * B + i, n - 1), F[at]])
                         nan = T.isnan(v)
@@ -297,7 +300,7 @@ def forest_walk(forest: Forest, plan: ForestPlan) -> Any:
                             p[i] = p[i] * 2 + T.Cast("int32", go)
                         else:
                             p[i] = CH[p[i] * 2 + T.Cast("int32", go)]
-                for i in range(B):
+                for i in range(rows):
                     slot = p[i] + tr * step - step if perfect else p[i]
                     if grouped:
                         acc[i, GR[tr]] = acc[i, GR[tr]] + LV[slot, 0]
