@@ -54,19 +54,19 @@ def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
     layout = choose_layout(forest, Layout.PERFECT if depth <= PERFECT_MAX_DEPTH
                            else Layout.SPARSE)
     why = [f"max depth {depth}: {layout.value} layout"]
+    batch_layout = cheapest_layout(forest, target, layout)
+    if batch_layout is not layout:
+        why.append(f"batches: {batch_layout.value} layout (cost hints: "
+                   f"{REPRESENTATIONS[batch_layout].cost(forest, target):.1f} vs "
+                   f"{REPRESENTATIONS[layout].cost(forest, target):.1f})")
     if target.isa == "generic":
-        batch_s = Schedule(layout=layout, vector_width=1, interleave=8, row_tile=64)
+        batch_s = Schedule(layout=batch_layout, vector_width=1, interleave=8, row_tile=64)
         few = Schedule(layout=layout, lanes=Lanes.TREES, vector_width=1, interleave=8,
                        node_pairs=True)
         why.append("no gather instructions on this target: scalar walks x8")
         return Choice(batch_s, few, few_rows_max(batch_s), "; ".join(why))
     lanes = 16 if target.isa == "avx512" else 8
     perfect = layout is Layout.PERFECT
-    batch_layout = cheapest_layout(forest, target, layout)
-    if batch_layout is not layout:
-        why.append(f"batches: {batch_layout.value} layout (cost hints: "
-                   f"{REPRESENTATIONS[batch_layout].cost(forest, target):.1f} vs "
-                   f"{REPRESENTATIONS[layout].cost(forest, target):.1f})")
     # perfect walks read levels 1-6 from registers and need fewer walks to hide the rest;
     # sparse walks gather every level (feature and threshold as one 64-bit word: 25% faster
     # measured on a depth-35 random forest) and want more walks in flight
