@@ -184,3 +184,39 @@ def test_oblivious_refuses_trees_with_two_splits_on_a_level():
     assert choose_layout(random_forest(), Layout.OBLIVIOUS, np.float64, HOST) is Layout.PERFECT
     assert choose_layout(oblivious_forest(), Layout.OBLIVIOUS, np.float64, HOST,
                          Lanes.TREES) is Layout.PERFECT
+
+
+def stumps(thresholds):
+    from peregrine.ir import make_forest
+
+    n = len(thresholds)
+    rng = np.random.default_rng(n)
+    return make_forest(
+        feature=np.tile([0, -1, -1], n),
+        threshold=np.where(np.tile([True, False, False], n), np.repeat(thresholds, 3), 0.0),
+        left=np.concatenate([[3 * i + 1, -1, -1] for i in range(n)]),
+        right=np.concatenate([[3 * i + 2, -1, -1] for i in range(n)]),
+        nan_left=np.tile([True, False, False], n),
+        value=np.tile([0.0, 1.0, 0.0], n) * np.repeat(rng.normal(size=n), 3),
+        tree_offsets=np.arange(n + 1) * 3, n_features=1, n_outputs=1)
+
+
+@needs_vbmi
+def test_a_full_byte_of_ranks():
+    """254 distinct thresholds on a feature (LightGBM's 255 bins) fit the byte; with a NaN
+    threshold among them rank 0 is taken and one fewer fits."""
+    full = stumps(np.linspace(-3, 3, MAX_RANKS))
+    spec, X = model_spec(full), edge_rows(full, n=400)
+    binned = compiled(spec, Schedule(layout="binned", interleave=2, row_tile=64))
+    assert layout_of(binned) == "binned"
+    perfect = compiled(spec, Schedule(layout="perfect", interleave=2, row_tile=64))
+    np.testing.assert_array_equal(binned.predict(X), perfect.predict(X))
+    with_nan = stumps(np.concatenate([np.linspace(-3, 3, MAX_RANKS), [np.nan]]))
+    assert "more than 253" in REPRESENTATIONS[Layout.BINNED].unsupported(
+        with_nan, np.dtype(np.float64), HOST)
+    fewer = stumps(np.concatenate([np.linspace(-3, 3, MAX_RANKS - 1), [np.nan]]))
+    spec, X = model_spec(fewer), edge_rows(fewer, n=400)
+    binned = compiled(spec, Schedule(layout="binned", interleave=2, row_tile=64))
+    assert layout_of(binned) == "binned"
+    perfect = compiled(spec, Schedule(layout="perfect", interleave=2, row_tile=64))
+    np.testing.assert_array_equal(binned.predict(X), perfect.predict(X))

@@ -23,9 +23,9 @@ TILE_SLACK = 2 * BYTES  # the last register pair of a walk group may read past i
 
 class BinnedWalks:
     def bin_feature(self, x: ir.Value, f32: ir.Value) -> ir.Value:
-        """bin(x) = 1 + #{thresholds < x} per lane for feature ``f32`` (a scalar): 8 halving
-        steps over BIN_SLOTS sorted thresholds padded with +inf, so the search needs no length
-        (the 1 keeps rank 0 free for NaN thresholds)."""
+        """bin(x) = rank_base + #{thresholds < x} per lane for feature ``f32`` (a scalar): 8
+        halving steps over BIN_SLOTS sorted thresholds padded with +inf, so the search needs no
+        length (a rank_base of 1 keeps rank 0 free for NaN thresholds)."""
         b, v = self.b, self.v
         base = v.splat(b.mul(f32, ir.Constant(I32, BIN_SLOTS)))
         pos = v.const(I32, 0)
@@ -35,8 +35,9 @@ class BinnedWalks:
             t = v.gather(self.d["bins"], self.ct, b.add(base, probe))
             pos = b.select(b.fcmp_ordered("<", t, x), b.add(pos, v.const(I32, step)), pos)
             step //= 2
-        return b.select(b.fcmp_unordered("uno", x, x), v.const(I32, NAN_BIN),
-                        b.add(pos, v.const(I32, 1)))
+        if self.spec.rank_base:
+            pos = b.add(pos, v.const(I32, self.spec.rank_base))
+        return b.select(b.fcmp_unordered("uno", x, x), v.const(I32, NAN_BIN), pos)
 
     def store_bins(self, dst: ir.Value, k: int, f32: ir.Value, x: ir.Value) -> None:
         b, v = self.b, self.v

@@ -85,6 +85,7 @@ class KernelSpec:
     tree_tile: int
     loop_order: str
     binned_regs: int = 0  # BINNED: 64-byte registers holding one walk group's byte tile
+    rank_base: int = 0  # BINNED: 1 where rank 0 holds NaN thresholds
 
     def build_ir(self, triple: str) -> ir.Module:
         return build_module(self, triple)

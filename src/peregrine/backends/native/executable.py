@@ -105,6 +105,7 @@ def kernel_spec(packed: PackedForest, schedule: Schedule, x_dtype: np.dtype,
         loop_order=schedule.loop_order.value,
         # a walk group's byte tile, 16 bytes per feature, in whole register pairs
         binned_regs=2 * -(-n_features // 8) if binned else 0,
+        rank_base=packed.rank_base if binned else 0,
     )
 
 

@@ -69,6 +69,7 @@ class PackedForest:
     n_cat_words: int
     divisor: np.ndarray  # float64 [n_outputs]
     base: np.ndarray  # float64 [n_outputs]
+    rank_base: int = 0  # BINNED: the bin of a number below every threshold (representations.py)
 
     @property
     def n_trees(self) -> int:

@@ -21,10 +21,11 @@ The walks that read each representation are in ``walks.py`` (``Walks.walk``), ke
   bits set) and ``kid = self - 1``, so walks may run past a leaf without a leaf test.
 * BINNED: PERFECT slots, but each node is one int32 word ``rank | feature << 8 | NAN_LEFT``,
   where ``rank - 1`` is the threshold's position among the distinct thresholds the forest tests
-  on that feature. The kernel quantises each row once, ``bin(x) = 1 + #{thresholds of f < x}``
-  (NaN: ``NAN_BIN``), into a byte tile, and ``x <= t`` holds exactly when ``bin(x) <= rank``
-  (every threshold below x is below ``t`` iff x is not above it). Rank 0 is a NaN threshold,
-  which no number is at or below (``Forest.thresholds_for`` gives one for ``x < -inf``). Walks then read the input
+  on that feature. The kernel quantises each row once, ``bin(x) = base + #{thresholds of f <
+  x}`` (NaN: ``NAN_BIN``), into a byte tile, and ``x <= t`` holds exactly when ``bin(x) <=
+  rank`` (every threshold below x is below ``t`` iff x is not above it). ``base`` is 1 only
+  for forests with a NaN threshold (``Forest.thresholds_for`` gives one for ``x < -inf``),
+  which takes rank 0: no number is at or below it. Walks then read the input
   with byte permutes (AVX-512 VBMI) instead of gathers, and a whole level's node words fit
   twice as many registers as feature and threshold did: the representation for CPUs whose
   gathers are slow (Zen 4). Needs at most ``MAX_RANKS`` distinct thresholds per feature and no
@@ -55,7 +56,8 @@ RANK_BITS = 8
 RANK_MASK = (1 << RANK_BITS) - 1
 NAN_BIN = RANK_MASK  # the bin of a NaN input: above every rank, so it goes right unless flagged
 BIN_SLOTS = 1 << RANK_BITS  # per-feature sorted thresholds, padded with +inf
-MAX_RANKS = BIN_SLOTS - 3  # keeps every bin of a number (1..MAX_RANKS + 1) below NAN_BIN
+MAX_RANKS = BIN_SLOTS - 2  # keeps every bin of a number (0..MAX_RANKS) below NAN_BIN: the
+# limit is one lower for forests with a NaN threshold (their bins start at 1)
 BINNED_MAX_FEATURES = 64  # the x lookup picks among n_features / 8 byte permutes
 BINNED_MAX_DEPTH = 10
 
@@ -164,7 +166,8 @@ class Binned(Perfect):
             return f"depth {forest.max_depth()} > {BINNED_MAX_DEPTH}"
         ranks = feature_thresholds(forest, cmp_dtype)
         if ranks is None:
-            return f"a feature with more than {MAX_RANKS} distinct thresholds"
+            limit = MAX_RANKS - rank_base(forest, cmp_dtype)
+            return f"a feature with more than {limit} distinct thresholds"
         return super().unsupported(forest, cmp_dtype, target)
 
     def pack_nodes(self, forest, order, words, thr, cmp_dtype, ldt):
@@ -179,15 +182,17 @@ class Binned(Perfect):
         feature = (feat_w & FEATURE_MASK).astype(np.int64)
         # rank of each slot's threshold among its feature's; dummy slots (leaves above the
         # depth, word 0) get whatever rank: both their subtrees hold the same leaf value
+        base = rank_base(forest, cmp_dtype)
         rank = np.zeros(n, np.int64)  # NaN thresholds keep rank 0: never left for a number
         for f, values in per_feature.items():
             sel = (feature == f) & ~np.isnan(thr_s)
-            rank[sel] = np.searchsorted(values, thr_s[sel]) + 1
+            rank[sel] = np.searchsorted(values, thr_s[sel]) + base
         word = (rank & RANK_MASK) | (feature << RANK_BITS)
         word |= np.where(feat_w < 0, NAN_LEFT, 0)  # the NAN_LEFT flag is the sign bit
         out["feat"] = pad(word.astype(np.uint32).view(np.int32))
         out["thr"] = np.zeros(1, cmp_dtype)
         out["bins"] = np.ascontiguousarray(bins.reshape(-1))
+        out["rank_base"] = base
         return out
 
     def cost(self, forest, target):
@@ -236,19 +241,26 @@ def node_words(forest: Forest, cmp_dtype: np.dtype) -> tuple[np.ndarray, np.ndar
 def feature_thresholds(forest: Forest, cmp_dtype: np.dtype) -> dict[int, np.ndarray] | None:
     """Distinct thresholds per feature, sorted, in the compare dtype (``Forest.thresholds_for``,
     the values the one rule ``x <= t`` compares with; NaN ones left out: rank 0); None when one
-    feature has more than MAX_RANKS of them."""
+    feature has more of them than the bins can rank (MAX_RANKS - rank_base)."""
     internal = ~forest.is_leaf
     feats = forest.feature[internal]
     thr = forest.thresholds_for(np.dtype(cmp_dtype))[internal].astype(cmp_dtype)
     keep = ~np.isnan(thr)
+    limit = MAX_RANKS - int(not keep.all())
     feats, thr = feats[keep], thr[keep]
     out = {}
     for f in np.unique(feats):
         values = np.unique(thr[feats == f])
-        if values.size > MAX_RANKS:
+        if values.size > limit:
             return None
         out[int(f)] = values
     return out
+
+
+def rank_base(forest: Forest, cmp_dtype: np.dtype) -> int:
+    """1 when a split has a NaN threshold (it takes rank 0, below every bin), else 0."""
+    internal = ~forest.is_leaf
+    return int(np.isnan(forest.thresholds_for(np.dtype(cmp_dtype))[internal]).any())
 
 
 def _perfect_slots(forest, order, words, thr, cmp_dtype):
