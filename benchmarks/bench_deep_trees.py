@@ -12,26 +12,16 @@ from __future__ import annotations
 
 import argparse
 import platform
-import time
 
 import numpy as np
 import onnxruntime as ort
+from bench_sources import best  # one best-of-N timer for the source benchmarks
 from skl2onnx import to_onnx
 from sklearn.datasets import make_classification
 from sklearn.ensemble import RandomForestClassifier
 from sklearn.tree import DecisionTreeClassifier
 
 import peregrine
-
-
-def best(fn, X, repeat: int) -> float:
-    fn(X)
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn(X)
-        times.append(time.perf_counter() - t)
-    return min(times)
 
 
 def cpu_model() -> str:

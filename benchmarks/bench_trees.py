@@ -101,18 +101,12 @@ def onnxruntime(model, threads):
 
 def tl2cgen(model, threads, cache: Path):
     import tl2cgen
-    import treelite
 
     key = _model_hash(model)
     lib = cache / f"tl2cgen-{key}.so"
     with _build_time(lib):
         if not lib.exists():
-            if type(model).__module__.startswith("xgboost"):
-                tl = treelite.frontend.from_xgboost(model.get_booster())
-            elif type(model).__module__.startswith("lightgbm"):
-                tl = treelite.frontend.from_lightgbm(model.booster_)
-            else:
-                tl = treelite.sklearn.import_model(model)
+            tl = treelite_model(model)
             tmp = cache / f"tl2cgen-{key}.tmp.so"
             tl2cgen.export_lib(tl, toolchain="gcc", libpath=str(tmp), nthread=threads,
                                params={"parallel_comp": threads})
@@ -136,16 +130,22 @@ def onedal(model, threads):
     return lambda X: _proba(converted.predict_proba(X), len(X))
 
 
+def treelite_model(model):
+    """The model in Treelite's format (what TL2cgen compiles and GTIL interprets)."""
+    import treelite
+
+    if type(model).__module__.startswith("xgboost"):
+        return treelite.frontend.from_xgboost(model.get_booster())
+    if type(model).__module__.startswith("lightgbm"):
+        return treelite.frontend.from_lightgbm(model.booster_)
+    return treelite.sklearn.import_model(model)
+
+
 def gtil(model, threads):
     """Treelite's own interpreter (GTIL), the reference implementation of its model format."""
     import treelite
 
-    if type(model).__module__.startswith("xgboost"):
-        tl = treelite.frontend.from_xgboost(model.get_booster())
-    elif type(model).__module__.startswith("lightgbm"):
-        tl = treelite.frontend.from_lightgbm(model.booster_)
-    else:
-        tl = treelite.sklearn.import_model(model)
+    tl = treelite_model(model)
     return lambda X: _proba(np.asarray(treelite.gtil.predict(tl, X, nthread=threads)).reshape(
         len(X), -1), len(X))
 

@@ -179,11 +179,11 @@ def kernel_address(spec: KernelSource, target: Target | None = None, *,
         if obj is None:
             obj = compile_object(spec, target)
             if use_disk:
-                _write_atomic(path, obj)
+                write_atomic(path, obj)
         engine, address = _load(obj, spec.symbol, target)
         if address == 0 and origin == "disk":  # unusable cache entry: rebuild it once
             obj, origin = compile_object(spec, target), "compiled"
-            _write_atomic(path, obj)
+            write_atomic(path, obj)
             engine, address = _load(obj, spec.symbol, target)
         if address == 0:
             raise RuntimeError(f"native kernel {spec.symbol} did not load")
@@ -201,7 +201,7 @@ def _load(obj: bytes, symbol: str, target: Target) -> tuple[object, int]:
     return engine, engine.get_function_address(symbol)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     """Concurrent processes may race to fill the cache; rename makes each write all-or-nothing."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -24,10 +24,8 @@ the number of nodes.
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
 import re
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -426,7 +424,7 @@ def emit_objects(low: Lowered, target: AotTarget, cpu: jit.Target) -> list[bytes
             obj = b""
         if not obj.startswith(b"\x7fELF"):
             obj = _compile(tm, str(spec.build_ir(target.triple)), target)
-            _write_atomic(path, obj)
+            jit.write_atomic(path, obj)
         objects.append(obj)
     return [*objects, _compile(tm, _data_module(low, target), target)]
 
@@ -456,16 +454,6 @@ def _compile(tm: Any, text: str, target: AotTarget) -> bytes:
     return tm.emit_object(mod)
 
 
-def _write_atomic(path: Any, data: bytes) -> None:
-    """Concurrent exports may race to fill the cache; rename makes each write whole."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only cache only costs recompilation
 
 
 # The result's copy out, one function per stored dtype (``aot_c`` calls them): in IR rather

@@ -38,6 +38,8 @@ The walks that read each representation are in ``walks.py`` (``Walks.walk``), ke
 
 from __future__ import annotations
 
+import abc
+
 import numpy as np
 
 from peregrine.backends.native.schedule import Layout
@@ -62,15 +64,16 @@ BINNED_MAX_FEATURES = 64  # the x lookup picks among n_features / 8 byte permute
 BINNED_MAX_DEPTH = 10
 
 
-class Representation:
+class Representation(abc.ABC):
     name: str = ""
 
     def unsupported(self, forest: Forest, cmp_dtype: np.dtype, target) -> str | None:
         return None
 
+    @abc.abstractmethod
     def pack_nodes(self, forest: Forest, order: np.ndarray, words: np.ndarray,
                    thr: np.ndarray, cmp_dtype: np.dtype, ldt: np.dtype) -> dict:
-        raise NotImplementedError
+        """The node, leaf and per-tree arrays (and any scalars) PackedForest takes."""
 
     def cost(self, forest: Forest, target) -> float:
         """Relative cost per (row, tree); only the order between representations matters."""
