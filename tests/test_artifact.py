@@ -210,3 +210,23 @@ def test_load_accepts_bytes_and_file_objects(tmp_path):
             np.testing.assert_array_equal(peregrine.load(source).predict(X), model.predict(X))
     with pytest.raises(peregrine.ArtifactError, match="artifact bytes"):
         peregrine.load(data[: len(data) // 2])
+
+
+@pytest.mark.parametrize("backend", ["reference", "native"])
+def test_saving_twice_gives_identical_bytes(fitted, tmp_path, monkeypatch, backend):
+    """Artifact bytes depend on the model only: Dask/Spark workers cache kernels by the bytes'
+    SHA-256, and a build system compares them. The clock is moved between saves (zip entries
+    used to carry the time of writing)."""
+    import time as time_module
+
+    model, X = fitted
+    compiled = peregrine.compile(model, backend)
+    a, b = tmp_path / "a.peregrine", tmp_path / "b.peregrine"
+    compiled.save(a)
+    real = time_module.time
+    monkeypatch.setattr(zipfile.time, "time", lambda: real() + 3 * 86400 + 7)
+    compiled.save(b)
+    assert a.read_bytes() == b.read_bytes()
+    with zipfile.ZipFile(a) as zf:
+        assert {i.date_time for i in zf.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+    assert (peregrine.load(b).predict(X) == model.predict(X)).all()

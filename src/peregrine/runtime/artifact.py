@@ -163,10 +163,20 @@ def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
     content_hash = hashlib.sha256(body_bytes).hexdigest()
     manifest = json.dumps({"body": body, "content_hash": content_hash}, sort_keys=True).encode()
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("manifest.json", manifest)
+        zf.writestr(_member("manifest.json"), manifest)
         for name, data in w.files.items():
-            zf.writestr(name, data)
+            zf.writestr(_member(name), data)
     return content_hash
+
+
+def _member(name: str) -> zipfile.ZipInfo:
+    """A zip entry with a fixed timestamp and mode: ``writestr(name, ...)`` stamps the current
+    time, so the same model saved twice gave different bytes (and file hashes, and Dask/Spark
+    cache keys). 1980-01-01 is the earliest date a zip can hold."""
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type = zipfile.ZIP_DEFLATED
+    info.external_attr = 0o644 << 16  # -rw-r--r--, whatever the umask
+    return info
 
 
 def read_manifest(path: Any) -> tuple[dict[str, Any], str, zipfile.ZipFile]:
