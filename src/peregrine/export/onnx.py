@@ -16,7 +16,6 @@ from peregrine.ir.ops import Op
 
 DEFAULT_OPSET = 21
 MIN_OPSET = 18  # ReduceSum/ReduceMax take their axes as an input
-ML_OPSET = 5  # TreeEnsemble
 RTOL, ATOL = 1e-5, 1e-6
 INPUT_NAME = "X"
 # public method -> ONNX output name (skl2onnx's names for classifiers: label, probabilities)
@@ -73,6 +72,7 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     # importing registers the lowerings
     from peregrine.export import onnx_ops, onnx_trees  # noqa: F401
     from peregrine.export.onnx_graph import LOWERINGS, RUNNING_BACKENDS, Emitter
+    from peregrine.export.onnx_vector_trees import plan_forests
 
     spec = compiled.spec
     opset = DEFAULT_OPSET if opset is None else int(opset)
@@ -105,7 +105,10 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
         if node.op is Op.INPUT:
             names[node.name] = INPUT_NAME
             e.widths[INPUT_NAME] = spec.n_features
-    for node in graph.steps(graph.outputs[w] for w in wanted):
+    steps = graph.steps(graph.outputs[w] for w in wanted)
+    if ml_ops != "never":
+        e.tree_plan, e.ml_opset = plan_forests(steps)
+    for node in steps:
         lower = LOWERINGS.get(node.op)
         if lower is None:
             e.refuse(node)
@@ -147,7 +150,7 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     g = helper.make_graph(e.nodes, "peregrine", inputs, outputs, e.initializers)
     opsets = [helper.make_opsetid("", opset)]
     if any(n.domain == "ai.onnx.ml" for n in e.nodes):
-        opsets.append(helper.make_opsetid("ai.onnx.ml", ML_OPSET))
+        opsets.append(helper.make_opsetid("ai.onnx.ml", e.ml_opset))
     from peregrine._version import __version__
 
     model = helper.make_model(g, opset_imports=opsets, producer_name="peregrine",
@@ -241,7 +244,8 @@ def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = Non
             raise ValidationError(f"ONNX export of {compiled.spec.source}: {m} -> {name} has "
                                   f"shape {have.shape}, the compiled model {want.shape}")
         if want.dtype.kind in "fc":
-            diff = np.abs(have.astype(np.float64) - want.astype(np.float64))
+            with np.errstate(invalid="ignore"):  # -inf - -inf (a log of 0) is NaN: equal
+                diff = np.abs(have.astype(np.float64) - want.astype(np.float64))
             bad = ~np.isclose(have, want, rtol=RTOL, atol=ATOL, equal_nan=True)
             rel = diff[ok] / np.maximum(np.abs(want[ok]), 1e-300) if ok.any() else diff[ok]
             report[m] = {"max_abs": float(np.max(diff[ok], initial=0.0)),

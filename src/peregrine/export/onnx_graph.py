@@ -39,6 +39,12 @@ class Emitter:
         self.ml_ops = ml_ops
         self.dtypes: dict[str, int] = {}  # tensor name -> ONNX elem type, where known
         self.widths: dict[str, int | None] = {}  # tensor name -> columns, for IR node outputs
+        # how each forest is written (onnx_trees.plan_forests) and the ai.onnx.ml opset
+        self.tree_plan: dict[str, str] = {}
+        self.ml_opset = 5
+        # tensor -> how to recompute its exact values on some rows (a rows-index tensor in,
+        # a double tensor out), for values that were rounded (the VECTOR forests)
+        self.exact_values: dict[str, Callable[[Emitter, str], str]] = {}
         self._count = 0
 
     def fresh(self, hint: str) -> str:
@@ -51,6 +57,18 @@ class Emitter:
                                            **attrs))
         return out
 
+    def subgraph(self, build: Callable[[], str], elem_type: int) -> Any:
+        """A graph (an If branch) of the nodes ``build`` emits, its output the tensor it
+        returns; its constants join the outer graph's initializers (outer scope)."""
+        outer, self.nodes = self.nodes, []
+        try:
+            out = build()
+            nodes = self.nodes
+        finally:
+            self.nodes = outer
+        return helper.make_graph(nodes, self.fresh("branch"), [],
+                                 [helper.make_tensor_value_info(out, elem_type, None)])
+
     def const(self, value: np.ndarray) -> str:
         name = self.fresh("c")
         arr = np.asarray(value)
@@ -58,7 +76,9 @@ class Emitter:
             t = helper.make_tensor(name, TensorProto.STRING, arr.shape,
                                    [str(v).encode() for v in arr.reshape(-1)])
         else:
-            t = numpy_helper.from_array(np.ascontiguousarray(arr), name)
+            # a 0-d array stays a scalar (np.ascontiguousarray would make it 1-d, and
+            # Gather with a [1] index keeps the axis a scalar index removes)
+            t = numpy_helper.from_array(np.ascontiguousarray(arr) if arr.ndim else arr, name)
         self.initializers.append(t)
         return name
 

@@ -14,6 +14,7 @@ import numpy as np
 from onnx import TensorProto
 
 from peregrine.export.onnx_graph import Emitter, lowering
+from peregrine.export.onnx_vector_trees import repaired_argmax
 from peregrine.ir.ops import Link, Op
 
 DOUBLE = TensorProto.DOUBLE
@@ -80,6 +81,9 @@ def lower_binary_proba(e: Emitter, n: Any, ins: list[str]) -> str:
 @lowering(Op.ARGMAX)
 def lower_argmax(e: Emitter, n: Any, ins: list[str]) -> str:
     # ONNX ArgMax keeps the first maximum (select_last_index=0), as np.argmax does
+    exact_rows = e.exact_values.get(ins[0])
+    if exact_rows is not None:  # rounded values (a VECTOR forest): ties recomputed exactly
+        return repaired_argmax(e, ins[0], exact_rows)
     return e.op("ArgMax", [ins[0]], axis=1, keepdims=1)
 
 
@@ -211,7 +215,7 @@ def lower_polynomial(e: Emitter, n: Any, ins: list[str]) -> str:
     fewer factors (times 1.0 is exact), so each output is multiplied in the rule's order."""
     powers = np.asarray(n.attrs.powers, dtype=np.int64)
     n_out, n_in = powers.shape
-    factors = [[j for j in np.flatnonzero(row) for _ in range(int(row[j]))] for row in powers]
+    factors = n.attrs.factors()  # the rule's multiplication order
     degree = max((len(f) for f in factors), default=0)
     ones = e.op("Add", [e.op("Mul", [e.columns(ins[0], 0, 1), e.const(np.asarray(0.0))]),
                         e.const(np.asarray(1.0))])
