@@ -186,3 +186,76 @@ def test_stop_answers_what_was_queued_then_refuses():
     outs = run(main())
     assert all(o.tolist() == [3.0, 3.0] for o in outs)
     assert len(model.calls) == 6
+
+
+class ThreadRecordingModel(RecordingModel):
+    """Also records the thread of every call."""
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        super().__init__(seconds)
+        self.threads: list[str] = []
+
+    def predict(self, X):
+        self.threads.append(threading.current_thread().name)
+        return super().predict(X)
+
+
+def test_quick_calls_run_on_the_event_loop_slow_ones_in_a_thread():
+    async def main(model, **kw):
+        b = await _started(model, max_delay=0.001, **kw)
+        loop_thread = threading.current_thread().name
+        for _ in range(3):  # sequential, then concurrent requests
+            out = await b.submit("predict", key(), np.ones((1, 3)), 1)
+            assert out.tolist() == [3.0]
+        inputs = [np.full((2, 3), float(i)) for i in range(20)]
+        outs = await asyncio.gather(*(b.submit("predict", key(), X, 2) for X in inputs))
+        for X, out in zip(inputs, outs):
+            np.testing.assert_array_equal(out, X.sum(axis=1))
+        await b.stop()
+        return loop_thread, b.stats
+
+    # no measured cost yet: the first call goes to a thread; then (microseconds per row,
+    # a budget of a second) every call runs on the loop
+    quick = ThreadRecordingModel()
+    loop_thread, stats = run(main(quick, inline_seconds=1.0))
+    assert quick.threads[0] != loop_thread
+    assert set(quick.threads[1:]) == {loop_thread}
+    assert stats.inline_batches == len(quick.threads) - 1
+    assert len(quick.calls) == 4  # the 20 concurrent requests arrived in one loop turn: one call
+
+    # 20 ms a call: over the 1 ms budget, always a worker thread
+    slow = ThreadRecordingModel(seconds=0.02)
+    loop_thread, stats = run(main(slow, inline_seconds=0.001))
+    assert loop_thread not in slow.threads and stats.inline_batches == 0
+
+    # inline_seconds=0: never on the loop
+    never = ThreadRecordingModel()
+    loop_thread, stats = run(main(never, inline_seconds=0.0))
+    assert loop_thread not in never.threads and stats.inline_batches == 0
+
+
+def test_errors_of_inline_calls_reach_their_own_request():
+    model = RecordingModel()
+
+    async def main():
+        b = await _started(model, max_delay=0.001, inline_seconds=1.0)
+        await b.submit("predict", key(), np.ones((1, 3)), 1)  # measured: inline from now on
+        inputs = [np.ones((3, 3)) for _ in range(8)]
+        inputs[5] = inputs[5].copy()
+        inputs[5][1, 0] = np.nan
+        results = await asyncio.gather(
+            *(b.submit("predict", key(), X, 3) for X in inputs), return_exceptions=True
+        )
+        alone = await asyncio.gather(
+            b.submit("predict", key(), inputs[5], 3), return_exceptions=True
+        )
+        await b.stop()
+        return results + alone, b
+
+    results, b = run(main())
+    assert b.stats.inline_batches >= 2
+    for i, r in enumerate(results):
+        if i in (5, 8):
+            assert isinstance(r, InputError) and "row 1" in str(r)
+        else:
+            assert r.tolist() == [3.0] * 3

@@ -107,6 +107,14 @@ def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
         "an idle server never waits; 0 never waits)",
     )
     p.add_argument(
+        "--inline-ms",
+        type=nonnegative_float,
+        default=1.0,
+        metavar="MS",
+        help="model calls predicted to take at most this long run on the event loop "
+        "instead of a worker thread (default: 1; 0: always a thread)",
+    )
+    p.add_argument(
         "--max-body-bytes",
         type=positive_int,
         default=64 << 20,
@@ -158,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         max_queue_rows=args.max_queue_rows,
         threads=args.threads,
+        inline_ms=args.inline_ms,
         backend=args.backend,
     )
     with naming_file(args.artifact):

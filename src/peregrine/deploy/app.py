@@ -58,6 +58,7 @@ class ServeConfig:
     max_body_bytes: int = 64 << 20
     max_queue_rows: int = 1 << 18
     threads: int = 1
+    inline_ms: float = 1.0
     backend: str | None = None
 
     def to_env(self) -> str:
@@ -72,9 +73,32 @@ class _TooLarge(Exception):
     pass
 
 
+_JSON_TYPE = formats.JSON.encode()
+
+
+def _error_body(message: str, kind: str) -> bytes:
+    return json.dumps({"error": message, "type": kind}).encode()
+
+
 def _error(status: int, message: str, kind: str, headers: dict | None = None) -> Response:
-    body = json.dumps({"error": message, "type": kind}).encode()
-    return Response(body, status, headers=headers, media_type=formats.JSON)
+    return Response(_error_body(message, kind), status, headers=headers, media_type=formats.JSON)
+
+
+class _ServeApp(Starlette):
+    """Starlette, except that ``POST /v1/<method>`` goes straight to the scoring handler (every
+    other route, the lifespan and the error pages are Starlette's)."""
+
+    def __init__(self, score: Any, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._score = score
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            path = scope["path"]
+            if path.startswith("/v1/") and len(path) > 4 and "/" not in path[4:]:
+                await self._score(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
 
 
 def _versions() -> dict[str, str]:
@@ -124,6 +148,7 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
         max_delay=config.max_delay_ms / 1000,
         max_queue_rows=config.max_queue_rows,
         threads=config.threads,
+        inline_seconds=config.inline_ms / 1000,
         on_call=metrics.on_call,
     )
     description = {
@@ -139,37 +164,61 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
             "max_delay_ms": config.max_delay_ms,
             "max_queue_rows": config.max_queue_rows,
             "threads": config.threads,
+            "inline_ms": config.inline_ms,
         },
         "max_body_bytes": config.max_body_bytes,
         "versions": {**_versions(), **_artifact_versions(config.artifact)},
         "explain": model.explain_dict(),
     }
 
-    async def read_body(request: Request) -> bytes:
-        length = request.headers.get("content-length")
+    async def read_body(receive: Any, length: bytes | None) -> bytes:
         if length is not None and length.isdigit() and int(length) > config.max_body_bytes:
             raise _TooLarge
-        chunks, size = [], 0
-        async for chunk in request.stream():
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect
+        body = message.get("body", b"")
+        if len(body) > config.max_body_bytes:
+            raise _TooLarge
+        if not message.get("more_body", False):
+            return body  # the whole body in one message: the common case, no copy
+        chunks, size = [body], len(body)
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientDisconnect
+            chunk = message.get("body", b"")
             size += len(chunk)
             if size > config.max_body_bytes:
                 raise _TooLarge
             chunks.append(chunk)
-        return b"".join(chunks)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
 
-    async def score(request: Request) -> Response:
+    async def score(scope: dict, receive: Any, send: Any) -> None:
+        """``POST /v1/<method>`` as a plain ASGI handler: Starlette's request, response and
+        middleware objects cost more per request than the rest of this handler."""
         t0 = time.perf_counter()
-        method = request.path_params["method"]
+        method = scope["path"][4:]
         fmt = "-"
+        headers: list[tuple[bytes, bytes]] | None = None
         if method not in methods:
             status, kind = 404, "NotFound"
-            response = _error(
-                404, f"{model} has no method {method!r}; it serves {', '.join(methods)}", kind
+            data = _error_body(
+                f"{model} has no method {method!r}; it serves {', '.join(methods)}", kind
             )
         else:
+            content_type = length = None
+            for name, value in scope["headers"]:
+                if name == b"content-type":
+                    content_type = value
+                elif name == b"content-length":
+                    length = value
             try:
-                fmt = formats.media_type(request.headers.get("content-type"))
-                body = await read_body(request)
+                fmt = formats.media_type(
+                    None if content_type is None else content_type.decode("latin-1")
+                )
+                body = await read_body(receive, length)
                 if fmt == formats.JSON and len(body) > OFFLOAD_BYTES:
                     payload = await asyncio.to_thread(formats.decode, body, fmt, feature_names)
                 else:
@@ -181,33 +230,37 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
                 else:
                     data = formats.encode(out, fmt, labels)
                 status, kind = 200, ""
-                response = Response(data, 200, media_type=fmt)
             except ClientDisconnect:
                 status, kind = 499, "ClientDisconnect"  # nobody to answer; nginx's code
-                response = Response(b"", 499)
+                data = b""
             except formats.BodyError as exc:
                 status, kind = exc.status, "BodyError"
-                response = _error(status, str(exc), kind)
+                data = _error_body(str(exc), kind)
             except _TooLarge:
                 status, kind = 413, "TooLarge"
-                response = _error(
-                    413,
+                data = _error_body(
                     f"request body exceeds {config.max_body_bytes} bytes "
                     "(--max-body-bytes); send fewer rows per request",
                     kind,
                 )
             except (QueueFull, ShuttingDown) as exc:
                 status, kind = 503, type(exc).__name__
-                response = _error(503, str(exc), kind, {"Retry-After": "1"})
+                data = _error_body(str(exc), kind)
+                headers = [(b"retry-after", b"1")]
             except PeregrineError as exc:
                 status, kind = 400, type(exc).__name__
-                response = _error(400, str(exc), kind)
+                data = _error_body(str(exc), kind)
             except Exception as exc:  # noqa: BLE001 - a server answers; the log keeps the trace
                 log.exception("scoring %s failed", method)
                 status, kind = 500, "InternalError"
-                response = _error(500, f"internal error: {type(exc).__name__}: {exc}", kind)
+                data = _error_body(f"internal error: {type(exc).__name__}: {exc}", kind)
+        media = fmt.encode() if status == 200 else _JSON_TYPE
+        head = [(b"content-type", media), (b"content-length", str(len(data)).encode())]
+        if headers:
+            head += headers
+        await send({"type": "http.response.start", "status": status, "headers": head})
+        await send({"type": "http.response.body", "body": data})
         metrics.request_done(method, fmt, status, kind, time.perf_counter() - t0)
-        return response
 
     async def healthz(request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type=formats.JSON)
@@ -246,9 +299,13 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
         finally:
             await batcher.stop()  # after uvicorn answered the accepted requests
 
-    app = Starlette(
+    async def not_here(request: Request) -> Response:  # POST /v1/<method> never gets here
+        raise HTTPException(500)
+
+    app = _ServeApp(
+        score,
         routes=[
-            Route("/v1/{method}", score, methods=["POST"]),
+            Route("/v1/{method}", not_here, methods=["POST"]),  # GET on it: Starlette's 405
             Route("/healthz", healthz, methods=["GET"]),
             Route("/v1/model", describe, methods=["GET"]),
             Route("/metrics", scrape, methods=["GET"]),

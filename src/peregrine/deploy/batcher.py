@@ -1,9 +1,17 @@
 """Dynamic batching: concurrent requests share one call of the compiled model.
 
-Requests wait in one FIFO queue. A single dispatcher task (on the server's event loop) takes the
-oldest request and every queued request whose rows may be stacked with it (same method, same
-payload key: see ``formats.Payload``) up to ``max_batch`` rows, and runs the model once on the
-stacked rows in a worker thread; the answer is split back by row counts.
+Requests wait in one FIFO queue. The dispatcher (a callback on the server's event loop, run once
+per loop iteration in which requests arrived, so every request read in that iteration is in the
+queue) takes the oldest request and every queued request whose rows may be stacked with it (same
+method, same payload key: see ``formats.Payload``) up to ``max_batch`` rows, and runs the model
+once on the stacked rows; the answer is split back by row counts.
+
+Where the model runs: a call predicted to take less than ``inline_seconds`` (from the measured
+seconds per row of earlier calls) runs on the event loop itself. For single-row requests to a
+tree ensemble the model costs microseconds per row, while handing a batch to a worker thread and
+waking the loop back costs tens of microseconds and makes the loop wait for the GIL; the loop is
+blocked only that long. Longer calls (big bodies, slow models, the first call of each method)
+run in a worker thread while the loop keeps reading requests.
 
 When to dispatch is the whole trade-off:
 
@@ -63,6 +71,7 @@ class BatchStats:
     batches: int = 0
     rows: int = 0
     fallbacks: int = 0  # stacked calls that failed and were re-run request by request
+    inline_batches: int = 0  # batches run on the event loop rather than in a worker thread
 
 
 def _concat(parts: list[Any]) -> Any:
@@ -90,6 +99,9 @@ class Batcher:
         Rows waiting, at most; beyond it ``submit`` raises :class:`QueueFull`.
     threads:
         Model calls that may run at once (each in its own worker thread).
+    inline_seconds:
+        Calls predicted to take at most this long run on the event loop, not in a thread
+        (0: always in a thread).
     on_call:
         ``on_call(method, rows, requests, seconds)`` after each model call (metrics).
     """
@@ -102,13 +114,17 @@ class Batcher:
         max_delay: float = 0.002,
         max_queue_rows: int = 1 << 20,
         threads: int = 1,
+        inline_seconds: float = 0.001,
         on_call: Callable[[str, int, int, float], None] | None = None,
     ) -> None:
         if max_batch < 1 or threads < 1 or max_delay < 0 or max_queue_rows < 1:
             raise ValueError("max_batch, threads and max_queue_rows must be >= 1, max_delay >= 0")
+        if inline_seconds < 0:
+            raise ValueError("inline_seconds must be >= 0")
         self.model = model
         self.max_batch, self.max_delay = max_batch, max_delay
         self.max_queue_rows, self.threads = max_queue_rows, threads
+        self.inline_seconds = inline_seconds
         self.on_call = on_call
         self.stats = BatchStats()
         self._queue: collections.deque[_Job] = collections.deque()
@@ -116,32 +132,27 @@ class Batcher:
         self._inflight = 0
         self._last_done = -1e9
         self._expect = 1  # requests the previous batch held: how many to wait for under load
-        self._wake: asyncio.Event | None = None
-        self._slots: asyncio.Semaphore | None = None
-        self._task: asyncio.Task | None = None
+        self._row_seconds: dict[str, float] = {}  # per method: measured seconds per row
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._scheduled = False  # a dispatch is queued on the loop already
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
         self._pool: ThreadPoolExecutor | None = None
         self._closing = False
 
     # ------------------------------------------------------------------------- lifecycle --
     async def start(self) -> None:
-        self._wake = asyncio.Event()
-        self._slots = asyncio.Semaphore(self.threads)
+        self._loop = asyncio.get_running_loop()
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="peregrine-model")
-        self._task = asyncio.get_running_loop().create_task(self._dispatch_forever())
 
     async def stop(self) -> None:
         """Refuse new requests, answer every queued and running one, then stop."""
         self._closing = True
         while self._queue or self._inflight:
-            assert self._wake is not None
-            self._wake.set()
+            self._kick()
             await asyncio.sleep(0.001)
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        if self._timer is not None:
+            self._timer.cancel()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
@@ -153,55 +164,78 @@ class Batcher:
     async def submit(self, method: str, key: tuple, data: Any, rows: int) -> Any:
         """Score ``data`` (``rows`` rows) with ``model.<method>``; returns its output or raises
         the model's error for these rows."""
-        if self._closing or self._wake is None:
+        loop = self._loop
+        if self._closing or loop is None:
             raise ShuttingDown("the server is shutting down")
         if self._queue and self._queued_rows + rows > self.max_queue_rows:
             raise QueueFull(
                 f"{self._queued_rows} rows are already waiting (limit "
                 f"{self.max_queue_rows}); retry later"
             )
-        job = _Job(method, key, data, rows, asyncio.get_running_loop().create_future())
+        job = _Job(method, key, data, rows, loop.create_future(), time.perf_counter())
         self._queue.append(job)
         self._queued_rows += rows
         self.stats.requests += 1
-        self._wake.set()
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._dispatch)
         return await job.future
 
     # --------------------------------------------------------------------------- dispatch --
     def _idle(self, now: float) -> bool:
         return self._inflight == 0 and now - self._last_done > self.max_delay
 
-    async def _dispatch_forever(self) -> None:
-        assert self._wake is not None and self._slots is not None
-        loop = asyncio.get_running_loop()
-        while True:
-            while not self._queue:
-                self._wake.clear()
-                await self._wake.wait()
-            await self._slots.acquire()
-            if not self._queue:  # answered by nobody else, but be safe
-                self._slots.release()
-                continue
+    def _kick(self) -> None:
+        if not self._scheduled and self._loop is not None:
+            self._scheduled = True
+            self._loop.call_soon(self._dispatch)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """On the event loop: start every batch that may start now."""
+        self._scheduled = False
+        queue = self._queue
+        while queue and self._inflight < self.threads:
+            now = time.perf_counter()
             if (
                 not self._closing
                 and self._queued_rows < self.max_batch
-                and not self._idle(time.perf_counter())
+                and len(queue) < self._expect
+                and not self._idle(now)
             ):
-                deadline = self._queue[0].arrival + self.max_delay
-                while len(self._queue) < self._expect and self._queued_rows < self.max_batch:
-                    timeout = deadline - time.perf_counter()
-                    if timeout <= 0:
-                        break
-                    self._wake.clear()
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), timeout)
-                    except asyncio.TimeoutError:
-                        break
+                deadline = queue[0].arrival + self.max_delay
+                if now < deadline:  # under load: wait for the others, at most max_delay
+                    if self._timer is None or self._timer_at > deadline:
+                        if self._timer is not None:
+                            self._timer.cancel()
+                        assert self._loop is not None
+                        self._timer_at = deadline
+                        self._timer = self._loop.call_later(deadline - now, self._on_timer)
+                    return
             batch = self._take()
             self._expect = len(batch)
-            self._inflight += 1
-            fut = loop.run_in_executor(self._pool, self._execute, batch)
-            fut.add_done_callback(lambda f, b=batch: self._finish(b, f))
+            rows = sum(j.rows for j in batch)
+            cost = self._row_seconds.get(batch[0].method)
+            if cost is not None and cost * rows <= self.inline_seconds:
+                self._run_inline(batch)
+            else:
+                self._inflight += 1
+                assert self._loop is not None
+                fut = self._loop.run_in_executor(self._pool, self._execute, batch)
+                fut.add_done_callback(lambda f, b=batch: self._finish(b, f))
+
+    def _run_inline(self, batch: list[_Job]) -> None:
+        self.stats.inline_batches += 1
+        try:
+            results = self._execute(batch)
+        except Exception as exc:  # noqa: BLE001 - each request gets the error, as in a thread
+            self._deliver(batch, None, exc)
+        else:
+            self._deliver(batch, results, None)
+        self._last_done = time.perf_counter()
 
     def _take(self) -> list[_Job]:
         """The oldest job and the queued jobs that may share its call, up to max_batch rows."""
@@ -223,16 +257,18 @@ class Batcher:
         return batch
 
     def _execute(self, batch: list[_Job]) -> list[tuple[bool, Any]]:
-        """In a worker thread: one model call for the batch; (ok, output or error) per job."""
+        """One model call for the batch (in a worker thread or inline); (ok, output or error)
+        per job."""
         live = [j for j in batch if not j.future.cancelled()]  # the client went away
         if not live:
             return [(False, asyncio.CancelledError())] * len(batch)
-        fn = getattr(self.model, batch[0].method)
+        method = batch[0].method
+        fn = getattr(self.model, method)
         results: dict[int, tuple[bool, Any]] = {}
         try:
-            out = self._call(fn, batch[0].method, [j.data for j in live], len(live))
+            out = self._call(fn, method, [j.data for j in live], len(live))
         except PeregrineError:
-            if len(live) == 1:
+            if len(live) == 1:  # one request: its own error, as it is
                 raise
             self.stats.fallbacks += 1
             # one request's rows are bad: each request alone gets its answer or its own error
@@ -252,29 +288,40 @@ class Batcher:
         data = _concat(parts)
         t0 = time.perf_counter()
         out = np.asarray(fn(data))
+        seconds = time.perf_counter() - t0
         rows = int(data.shape[0])
+        per_row = seconds / rows
+        old = self._row_seconds.get(method)
+        # smoothed, so one slow call (a page fault, a busy core) does not flip the choice
+        self._row_seconds[method] = per_row if old is None else 0.8 * old + 0.2 * per_row
         self.stats.model_calls += 1
         self.stats.batches += 1
         self.stats.rows += rows
         if self.on_call is not None:
-            self.on_call(method, rows, n_requests, time.perf_counter() - t0)
+            self.on_call(method, rows, n_requests, seconds)
         return out
 
     def _finish(self, batch: list[_Job], fut: asyncio.Future) -> None:
-        """On the event loop: hand each job its answer and free the slot."""
+        """On the event loop, after a call in a worker thread: free its slot, answer, and
+        start what waited for the slot."""
         self._inflight -= 1
         self._last_done = time.perf_counter()
-        assert self._slots is not None and self._wake is not None
-        self._slots.release()
-        self._wake.set()
         exc = fut.exception()
+        self._deliver(batch, None if exc is not None else fut.result(), exc)
+        self._kick()
+
+    @staticmethod
+    def _deliver(
+        batch: list[_Job], results: list[tuple[bool, Any]] | None, exc: BaseException | None
+    ) -> None:
         for i, job in enumerate(batch):
             if job.future.done():  # cancelled: the client disconnected
                 continue
             if exc is not None:
                 job.future.set_exception(exc)
                 continue
-            ok, value = fut.result()[i]
+            assert results is not None
+            ok, value = results[i]
             if ok:
                 job.future.set_result(value)
             else:
