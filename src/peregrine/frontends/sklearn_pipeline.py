@@ -41,6 +41,7 @@ from peregrine.frontends.steps import (
 )
 from peregrine.ir import GraphBuilder
 from peregrine.ir.spec import INPUT_ERRORS, ModelSpec
+from peregrine.registry import TypeRegistry
 
 
 def model_spec(model: Any, build_head, n_features: int | None = None) -> ModelSpec:
@@ -95,6 +96,11 @@ def _pipeline_head(model: Pipeline, ctx: Context, flow: Flow) -> Head:
     return convert_head(last, ctx, flow)
 
 
+# Pipelines whose first step does not read a numeric matrix convert through the frontend
+# registered here for that step's class (text vectorizers: sklearn_text.py)
+SOURCES: TypeRegistry[Any] = TypeRegistry("pipeline source")
+
+
 @register_frontend(
     Pipeline, library="scikit-learn",
     methods=("predict", "predict_proba", "predict_log_proba", "decision_function", "transform"),
@@ -102,6 +108,9 @@ def _pipeline_head(model: Pipeline, ctx: Context, flow: Flow) -> Head:
     "XGBoost, LightGBM, linear); methods of the final step",
 )
 def convert_pipeline(model: Pipeline) -> ModelSpec:
+    source = SOURCES.lookup(type(model.steps[0][1])) if model.steps else None
+    if source is not None:
+        return source.fn(model)
     return model_spec(model, lambda ctx, flow: _pipeline_head(model, ctx, flow))
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from peregrine.ir.graph import Graph
+from peregrine.ir.semantics.text import TextSpec
 
 INPUT_ERRORS = "input_errors"  # graph output checked by the runtime (ModelSpec.input_checks)
 METHOD_NAMES = ("predict", "predict_proba", "predict_log_proba", "decision_function",
@@ -61,3 +62,7 @@ class ModelSpec:
     # matters above 2**24 (LightGBM converts such arrays to float32, scikit-learn to float64)
     int_input_dtype: str = "float64"
     versions: dict[str, str] = field(default_factory=dict)  # library versions at conversion
+    # a text pipeline: the input is documents, turned at the boundary into the dense matrix
+    # the graph reads (n_features wide), or, with no graph work (TextSpec.width None), into
+    # the sparse matrix the transform returns (ir/semantics/text.py, runtime/text.py)
+    text: TextSpec | None = None

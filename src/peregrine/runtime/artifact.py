@@ -15,6 +15,7 @@ import numpy as np
 
 from peregrine.errors import ArtifactError
 from peregrine.ir import Forest, Graph, Link, Node, Op, verify
+from peregrine.ir.semantics.text import TextSpec
 from peregrine.ir.spec import MethodSpec, ModelSpec
 from peregrine.runtime.cat_hash import HASH_RULES
 
@@ -151,6 +152,7 @@ def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
             "input_checks": [[m, c] for m, c in spec.input_checks],
             "int_input_dtype": spec.int_input_dtype,
             "versions": spec.versions,
+            "text": None if spec.text is None else w.value(_text_state(spec.text)),
         },
     }
     if validation is not None:
@@ -260,7 +262,21 @@ def _spec_from_json(d: dict[str, Any], r: _Reader) -> ModelSpec:
         int_input_dtype=_int_dtype(d.get("int_input_dtype", "float64")),
         hash_columns={int(k): _hash_rule(v) for k, v in d.get("hash_columns", ())},
         versions=dict(d.get("versions", {})),
+        text=_text_from(d.get("text"), r),
     )
+
+
+def _text_state(text: TextSpec) -> dict[str, Any]:
+    meta, arrays = text.to_state()
+    return {"meta": meta, "arrays": arrays}
+
+
+def _text_from(d: Any, r: _Reader) -> TextSpec | None:
+    """The text boundary of a saved text pipeline (None: not one)."""
+    if d is None:
+        return None
+    state = r.value(d)
+    return TextSpec.from_state(state["meta"], state["arrays"])
 
 
 def _hash_rule(value: Any) -> str:

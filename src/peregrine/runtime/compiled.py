@@ -170,8 +170,9 @@ class CompiledModel:
 
     def export_onnx(self, path: str | os.PathLike, *, opset: int | None = None,
                     batch: int | str = "dynamic", ml_ops: str = "auto",
-                    sample: Any = None) -> Any:
-        """Write this program as an ONNX model (input ``X`` float64, outputs ``label`` and
+                    sample: Any = None, input_dtype: str = "float64") -> Any:
+        """Write this program as an ONNX model (input ``X`` float64, or ``input_dtype``
+        "float32"/"auto": docs/export.md; outputs ``label`` and
         ``probabilities`` for classifiers, ``variable`` otherwise), checked with
         ``onnx.checker`` and validated in ONNX Runtime against this model on ``sample`` (or
         generated rows, NaN included where the source accepts it); a difference raises
@@ -179,7 +180,8 @@ class CompiledModel:
         ``ExportReport``. docs/export.md."""
         from peregrine.export import export_onnx  # lazy: export sits above runtime
 
-        return export_onnx(self, path, opset=opset, batch=batch, ml_ops=ml_ops, sample=sample)
+        return export_onnx(self, path, opset=opset, batch=batch, ml_ops=ml_ops, sample=sample,
+                           input_dtype=input_dtype)
 
     def export_library(self, path: str | os.PathLike, *, target: str = "x86_64-linux-gnu",
                        cpu: str | None = None, prefix: str = "peregrine", methods: Any = None,
@@ -209,7 +211,7 @@ class CompiledModel:
         minus its generic steps, so one row costs the kernel and little else. False when this
         model or method needs the generic path (rows the graph flags, no backend runner)."""
         spec, method = self.spec, self.spec.methods[name]
-        if spec.input_checks:
+        if spec.input_checks or spec.text is not None:  # documents go through prepare_input
             return False
         run = self._exec.runner(method.output)
         if run is None:
@@ -255,6 +257,10 @@ class CompiledModel:
 
     def _call(self, name: str, X: Any) -> np.ndarray:
         method = self.spec.methods[name]
+        if self.spec.text is not None and self.spec.text.width is None:
+            from peregrine.runtime.text import text_matrix  # a vectorizer alone: S is the answer
+
+            return text_matrix(X, self.spec)
         keep_tensor = getattr(self._exec, "accepts_tensors", False)
         arr = prepare_input(X, self.spec, keep_tensor=keep_tensor,
                             check=self.options.validate_input)

@@ -27,6 +27,10 @@ def _is_tensor(X: Any) -> bool:
 
 def prepare_input(X: Any, spec: ModelSpec, *, keep_tensor: bool = False, check: bool = True):
     """Return a 2-D float32/float64 array (or tensor when ``keep_tensor``) with validated shape."""
+    if spec.text is not None:  # documents -> the dense matrix the graph reads (runtime/text.py)
+        from peregrine.runtime.text import text_input
+
+        return text_input(X, spec)
     if _is_tensor(X):
         return _from_tensor(X, spec, keep_tensor, check)
     if _is_dataframe(X):

@@ -1,0 +1,378 @@
+"""The text boundary (``ir/semantics/text.py``'s TextSpec), array-at-a-time: documents become
+scikit-learn's document-term matrix without a Python loop per document or per token.
+
+1. All documents are joined with a space (neither cased nor case-ignorable, so ``str.lower`` of
+   the join is the join of each document's ``lower()``, Final_Sigma included; and outside
+   every supported token class, so no token spans two documents) and read as UTF-32 code
+   points.
+2. A code-point table built once from Python's own ``re`` (``\\w``) or ``str.isspace`` marks the
+   token characters; tokens are the runs of marked code points at least ``min_len`` long.
+3. Each token gets a 64-bit polynomial hash from prefix sums (``sum c_j B^j`` mod 2**64, made
+   position-independent by ``B^-start``), is looked up among the hashes of the terms' tokens
+   with ``searchsorted`` and then compared code point by code point with the term it hit: a
+   hash collision can only make a lookup miss a term it does not equal, never hit a wrong one.
+4. Stop words are dropped; n-grams are keys of consecutive token ids (exact integers), looked
+   up the same way; (document, term) pairs are counted with one sort.
+5. TF-IDF, binary, sublinear tf and the l1/l2 row norms follow TfidfTransformer.transform and
+   sklearn's ``inplace_csr_row_normalize_l1/l2`` in their order of operations; row sums are
+   accumulated left to right (as the Cython loops do) one position per step over all rows.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sys
+from typing import Any
+
+import numpy as np
+
+from peregrine.errors import InputError
+from peregrine.ir.semantics.text import TextSpec
+
+_N_CODES = 0x110000
+_SEP = " "
+_BASES = (0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9)  # odd: invertible
+
+
+@functools.lru_cache(maxsize=None)
+def _class_table(char_class: str) -> np.ndarray:
+    """bool per code point: a token character. "word" is taken from ``re`` itself (the
+    ``\\w`` of str patterns), so the table is Python's definition, not a re-implementation."""
+    every = "".join(map(chr, range(_N_CODES)))
+    table = np.zeros(_N_CODES, dtype=bool)
+    if char_class == "word":
+        table[[m.start() for m in re.finditer(r"\w", every)]] = True
+    else:
+        table[:] = True
+        table[[m.start() for m in re.finditer(r"\s", every)]] = False
+    return table
+
+
+@functools.lru_cache(maxsize=None)
+def _lower_growth() -> tuple[np.ndarray, np.ndarray]:
+    """Code points whose ``lower()`` is not one code point, and how many it adds (U+0130)."""
+    grow = [(c, len(chr(c).lower()) - 1) for c in range(_N_CODES) if len(chr(c).lower()) != 1]
+    return (np.array([c for c, _ in grow], dtype=np.uint32),
+            np.array([g for _, g in grow], dtype=np.int64))
+
+
+def _codes(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+def documents(X: Any) -> list[str]:
+    """The documents of ``X`` (a 1-D array, list, tuple or Series of str), as scikit-learn's
+    vectorizers take them; anything else is an InputError naming what and where."""
+    if isinstance(X, str):
+        raise InputError("text input must be an iterable of documents, not one string")
+    pd = sys.modules.get("pandas")
+    if pd is not None and isinstance(X, pd.DataFrame):
+        raise InputError("text input must be 1-D documents; pass the text column (a Series)")
+    if hasattr(X, "to_numpy"):
+        X = X.to_numpy(dtype=object)
+    if isinstance(X, np.ndarray):
+        if X.ndim != 1:
+            raise InputError(f"text input must be 1-D (one document per row), got {X.ndim}-D")
+        docs = X.tolist()
+    elif isinstance(X, (list, tuple)):
+        docs = list(X)
+    else:
+        raise InputError(f"unsupported text input type {type(X).__name__}; pass a list, 1-D "
+                         "array or Series of strings")
+    for i, d in enumerate(docs):
+        if type(d) is not str:
+            if isinstance(d, str):
+                docs[i] = str(d)
+                continue
+            raise InputError(f"document {i} is {d!r} ({type(d).__name__}); every document must "
+                             "be a str (scikit-learn rejects NaN documents too)")
+    if not docs:
+        raise InputError("input has 0 documents; expected at least one")
+    return docs
+
+
+# --------------------------------------------------------------------------- tokens --
+
+
+@functools.lru_cache(maxsize=64)
+def _powers(n: int, base: int) -> tuple[np.ndarray, np.ndarray]:
+    """B**j and B**-j mod 2**64 for j < n (cumulative products wrap modulo 2**64)."""
+    inv = pow(base, -1, 1 << 64)
+    with np.errstate(over="ignore"):
+        p = np.cumprod(np.full(n, base, dtype=np.uint64))
+        q = np.cumprod(np.full(n, inv, dtype=np.uint64))
+    p = np.concatenate(([np.uint64(1)], p[:-1]))
+    q = np.concatenate(([np.uint64(1)], q[:-1]))
+    return p, q
+
+
+def _hash_runs(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+               base: int) -> np.ndarray:
+    """Polynomial hash sum c_{s+j} B^j (mod 2**64) of each run [s, e) of ``codes``."""
+    n = codes.size + 1
+    p, q = _powers(1 << max(16, (n - 1).bit_length()), base)  # cached per power of two
+    with np.errstate(over="ignore"):
+        prefix = np.zeros(n, dtype=np.uint64)
+        np.cumsum(codes.astype(np.uint64) * p[:codes.size], out=prefix[1:])
+        return (prefix[ends] - prefix[starts]) * q[starts]
+
+
+def _ranges(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, owner): the concatenation of ranges [s, s + l) and each position's range."""
+    total = int(lens.sum())
+    owner = np.repeat(np.arange(lens.size), lens)
+    first = np.cumsum(lens) - lens
+    pos = np.arange(total, dtype=np.int64) - first[owner] + starts[owner]
+    return pos, owner
+
+
+class _Tokens:
+    """The vocabulary's tokens (and stop words) as a hash table verified by string compare."""
+
+    def __init__(self, tokens: list[str], char_class: str) -> None:
+        self.size = len(tokens)
+        joined = _SEP.join(tokens)
+        codes = _codes(joined)
+        lens = np.fromiter((len(t) for t in tokens), dtype=np.int64, count=len(tokens))
+        starts = np.cumsum(lens + 1) - lens - 1
+        self.codes, self.starts, self.lens = codes, starts, lens
+        for base in _BASES:  # a base under which the tokens' hashes are distinct
+            h = _hash_runs(codes, starts, starts + lens, base)
+            order = np.argsort(h, kind="stable")
+            if np.all(np.diff(h[order]) != 0):
+                break
+        else:  # three 64-bit bases colliding on one vocabulary: not a realistic input
+            raise RuntimeError("text: vocabulary tokens collide under every hash base")
+        self.base, self.hashes, self.ids = base, h[order], order.astype(np.int64)
+
+    def lookup(self, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Id of each run's token among ``tokens``, -1 when it is none of them."""
+        if not self.size or not starts.size:
+            return np.full(starts.size, -1, dtype=np.int64)
+        h = _hash_runs(codes, starts, ends, self.base)
+        at = np.minimum(np.searchsorted(self.hashes, h), self.size - 1)
+        hit = self.hashes[at] == h
+        ids = np.where(hit, self.ids[at], -1)
+        lens = ends - starts
+        cand = np.flatnonzero(hit)
+        same_len = self.lens[ids[cand]] == lens[cand]
+        ids[cand[~same_len]] = -1
+        cand = cand[same_len]
+        pos, owner = _ranges(starts[cand], lens[cand])
+        ref = pos - starts[cand][owner] + self.starts[ids[cand]][owner]
+        differs = codes[pos] != self.codes[ref]
+        if differs.any():  # a hash collision: the run is not the term it hashed to
+            ids[cand[np.unique(owner[differs])]] = -1
+        return ids
+
+
+class TextRunner:
+    """A TextSpec's compiled lookup tables; ``matrix(docs)`` is the vectorizer's transform."""
+
+    def __init__(self, spec: TextSpec) -> None:
+        self.spec = spec
+        self.table = _class_table(spec.char_class)
+        lo, hi = spec.ngram_range
+        self.stop = frozenset(spec.stop_words)
+        if spec.hashing:
+            self.tokens = None
+            return
+        parts: dict[str, int] = {}
+        grams: list[list[int]] = []
+        for term in spec.vocabulary:
+            words = term.split(" ")
+            grams.append([parts.setdefault(w, len(parts)) for w in words])
+        stop = [w for w in spec.stop_words if w not in parts]
+        names = list(parts) + stop
+        self.is_stop = np.zeros(len(names), dtype=bool)
+        self.is_stop[[i for i, w in enumerate(names) if w in self.stop]] = True
+        self.tokens = _Tokens(names, spec.char_class)
+        t = max(len(names), 1)
+        if t ** hi >= 1 << 62:
+            raise ValueError(f"text: {t} tokens ** n-gram length {hi} overflows the n-gram keys")
+        self.t = t
+        # per n: sorted n-gram keys (token ids in base t) and the term's column
+        self.grams: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        for n in range(lo, hi + 1):
+            cols = [j for j, g in enumerate(grams) if len(g) == n]
+            keys = np.zeros(len(cols), dtype=np.int64)
+            for k in range(n):
+                keys = keys * t + np.array([grams[j][k] for j in cols], dtype=np.int64)
+            order = np.argsort(keys, kind="stable")
+            self.grams[n] = (keys[order], np.asarray(cols, dtype=np.int64)[order])
+
+    # ---------------------------------------------------------------------- tokenizer --
+    def _tokens(self, docs: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                np.ndarray]:
+        """(code points, run starts, run ends, run's document)."""
+        spec = self.spec
+        joined = _SEP.join(docs)
+        lens = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
+        if spec.lowercase:
+            if joined.isascii():
+                codes = _codes(joined.lower())
+            else:
+                codes0 = _codes(joined)
+                grow_cp, grow_by = _lower_growth()
+                hit = np.isin(codes0, grow_cp)
+                if hit.any():  # lower() lengthens these: recount each document's length
+                    extra = np.zeros(codes0.size, dtype=np.int64)
+                    extra[hit] = grow_by[np.searchsorted(grow_cp, codes0[hit])]
+                    ends0 = np.cumsum(lens + 1) - 1
+                    csum = np.concatenate(([0], np.cumsum(extra)))
+                    lens = lens + csum[ends0] - csum[ends0 - lens]
+                codes = _codes(joined.lower())
+        else:
+            codes = _codes(joined)
+        doc_start = np.cumsum(lens + 1) - lens - 1
+        mark = self.table[codes].view(np.int8)
+        edges = np.diff(mark, prepend=np.int8(0), append=np.int8(0))
+        starts = np.flatnonzero(edges == 1)
+        ends = np.flatnonzero(edges == -1)
+        if spec.min_len > 1:
+            keep = ends - starts >= spec.min_len
+            starts, ends = starts[keep], ends[keep]
+        doc = np.searchsorted(doc_start, starts, side="right") - 1
+        return codes, starts, ends, doc
+
+    def counts(self, docs: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The document-term counts as CSR arrays (data int64, indices, indptr), indices
+        sorted within each row, explicit zeros never stored."""
+        spec = self.spec
+        codes, starts, ends, doc = self._tokens(docs)
+        if spec.hashing:
+            from peregrine.runtime.text_hash import hashed_features
+
+            feat, sign, fdoc = hashed_features(self, codes, starts, ends, doc)
+            return _count_pairs(fdoc, feat, len(docs), spec.n_features, sign)
+        ids = self.tokens.lookup(codes, starts, ends)
+        if self.stop:
+            keep = ~((ids >= 0) & self.is_stop[np.maximum(ids, 0)])
+            ids, doc = ids[keep], doc[keep]
+        lo, hi = spec.ngram_range
+        feats, fdocs = [], []
+        m = ids.size
+        for n in range(lo, hi + 1):
+            keys_sorted, cols = self.grams[n]
+            if m < n or not keys_sorted.size:
+                continue
+            k = m - n + 1
+            ok = doc[:k] == doc[n - 1:]
+            key = np.zeros(k, dtype=np.int64)
+            for i in range(n):
+                part = ids[i:i + k]
+                ok &= part >= 0
+                key = key * self.t + np.maximum(part, 0)
+            at = np.minimum(np.searchsorted(keys_sorted, key), keys_sorted.size - 1)
+            ok &= keys_sorted[at] == key
+            feats.append(cols[at[ok]])
+            fdocs.append(doc[:k][ok])
+        feat = np.concatenate(feats) if feats else np.zeros(0, dtype=np.int64)
+        fdoc = np.concatenate(fdocs) if fdocs else np.zeros(0, dtype=np.int64)
+        return _count_pairs(fdoc, feat, len(docs), spec.n_features, None)
+
+    # ------------------------------------------------------------------------ weights --
+    def matrix(self, docs: list[str]) -> Any:
+        """S: the vectorizer's transform (a scipy.sparse csr_matrix of ``spec.dtype``)."""
+        from scipy import sparse
+
+        spec = self.spec
+        data, indices, indptr = self.counts(docs)
+        if spec.binary:
+            data = np.ones_like(data)  # X.data.fill(1) / np.sign of positive counts
+        values = data.astype(np.float64)
+        if spec.sublinear_tf:
+            np.log(values, out=values)
+            values += 1.0
+        if spec.idf is not None:
+            values *= np.asarray(spec.idf, dtype=np.float64)[indices]
+        if spec.norm:
+            values = _normalize_rows(values, indptr, spec.norm)
+        if spec.idf is None and not spec.norm and not spec.sublinear_tf:
+            values = data  # counts: CountVectorizer's integers
+        out = sparse.csr_matrix((values.astype(spec.dtype, copy=False), indices, indptr),
+                                shape=(len(docs), spec.n_features))
+        out.has_sorted_indices = True
+        return out
+
+    def dense(self, docs: list[str]) -> np.ndarray:
+        """The (n, K) float64 matrix the graph reads: S @ projection or S[:, columns]."""
+        spec = self.spec
+        s = self.matrix(docs)
+        if spec.binarize is not None:  # sklearn's binarize on sparse input: x > t -> 1, else 0
+            s.data = (s.data > spec.binarize).astype(np.float64)
+        if spec.projection is not None:
+            # scipy's csr @ dense, as sklearn's safe_sparse_dot does on sparse input: each
+            # output accumulates data * weight over the row's entries in index order
+            return np.asarray(s @ np.asarray(spec.projection, dtype=np.float64),
+                              dtype=np.float64)
+        cols = np.asarray(spec.columns, dtype=np.int64)
+        return np.asarray(s[:, cols].toarray(), dtype=np.float64)
+
+
+def _count_pairs(doc: np.ndarray, feat: np.ndarray, n_docs: int, n_features: int,
+                 sign: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    key = doc.astype(np.int64) * n_features + feat
+    if sign is None:
+        uniq, data = np.unique(key, return_counts=True)
+        data = data.astype(np.int64)
+    else:  # HashingVectorizer: signed sums; sum_duplicates drops the entries that cancel
+        order = np.argsort(key, kind="stable")
+        key, sign = key[order], sign[order]
+        first = np.flatnonzero(np.diff(key, prepend=-1) != 0)
+        uniq = key[first]
+        data = np.add.reduceat(sign.astype(np.int64), first) if first.size else \
+            np.zeros(0, dtype=np.int64)
+        nz = data != 0
+        uniq, data = uniq[nz], data[nz]
+    rows = uniq // n_features
+    indices = (uniq - rows * n_features).astype(np.int32)
+    indptr = np.zeros(n_docs + 1, dtype=np.int32)
+    np.cumsum(np.bincount(rows, minlength=n_docs), out=indptr[1:])
+    return data, indices, indptr
+
+
+def _normalize_rows(values: np.ndarray, indptr: np.ndarray, norm: str) -> np.ndarray:
+    """sklearn's inplace_csr_row_normalize_l1/l2: a left-to-right sum per row (|x| or x*x),
+    rows summing to 0 untouched, then x / sqrt(sum) (l2) or x / sum (l1). The sums advance one
+    position per step over all rows longer than it (rows sorted by length), so the order of
+    additions is the Cython loop's."""
+    terms = np.abs(values) if norm == "l1" else values * values
+    nnz = np.diff(indptr).astype(np.int64)
+    order = np.argsort(-nnz, kind="stable")
+    starts = indptr[:-1].astype(np.int64)[order]
+    lens = nnz[order]
+    sums = np.zeros(lens.size, dtype=np.float64)
+    longest = int(lens[0]) if lens.size else 0
+    # rows longer than k (lens descending): the rows that have a k-th entry
+    active = np.searchsorted(-lens, -np.arange(longest), side="left")
+    for k in range(longest):
+        a = int(active[k])
+        sums[:a] += terms[starts[:a] + k]
+    total = np.empty_like(sums)
+    total[order] = sums
+    if norm == "l2":
+        total = np.sqrt(total)
+    total[total == 0.0] = 1.0  # sum 0: the row is skipped (x / 1 is x)
+    return values / np.repeat(total, nnz)
+
+
+@functools.lru_cache(maxsize=32)
+def _runner(spec: TextSpec) -> TextRunner:
+    return TextRunner(spec)
+
+
+def runner(spec: TextSpec) -> TextRunner:
+    """The (cached) runner of ``spec``: its tables are built on the first call."""
+    return _runner(spec)
+
+
+def text_matrix(X: Any, spec: Any) -> Any:
+    """A text model's documents as its vectorizer's sparse matrix (``ModelSpec.text``)."""
+    return runner(spec.text).matrix(documents(X))
+
+
+def text_input(X: Any, spec: Any) -> np.ndarray:
+    """A text model's documents as the dense (n, n_features) matrix its graph reads."""
+    return runner(spec.text).dense(documents(X))
