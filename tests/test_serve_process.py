@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -206,18 +207,41 @@ def test_serve_help_and_bad_artifact(tmp_path, capsys):
     assert main(["serve", str(tmp_path / "missing.peregrine")]) == 1
 
 
+def _metric_total(text: str, name: str) -> float:
+    return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="uvicorn workers need fork/spawn on POSIX")
-def test_two_workers_both_answer(artifact):
+def test_two_workers_both_answer_and_metrics_count_both(artifact):
     model, path = artifact
+
+    def metrics_dirs() -> set[str]:
+        return {d for d in os.listdir(tempfile.gettempdir()) if d.startswith("peregrine-metrics-")}
+
+    before = metrics_dirs()
     server = Server(path, "--workers", "2")
     try:
-        pids = set()
-        for _ in range(40):
+        X = np.random.default_rng(5).normal(size=(1, 8))
+        scored: dict[int, int] = {}  # worker pid -> scoring requests it answered
+        for _ in range(200):
             with httpx.Client(timeout=30) as client:  # new connection: any worker may take it
-                pids.add(client.get(f"{server.url}/v1/model").json()["pid"])
-            if len(pids) == 2:
+                pid = client.get(f"{server.url}/v1/model").json()["pid"]
+                r = client.post(f"{server.url}/v1/predict", json={"rows": X.tolist()})
+                assert r.status_code == 200  # same keep-alive connection: the same worker
+                scored[pid] = scored.get(pid, 0) + 1
+            if len(scored) == 2 and min(scored.values()) >= 3:
                 break
         _check_scores(server.url, model)
-        assert len(pids) >= 1
+        assert len(scored) == 2, f"one worker took every connection: {scored}"
+        total = sum(scored.values()) + 1  # and _check_scores's request
+        for _ in range(6):  # scrapes answered by either worker: each sees both
+            with httpx.Client(timeout=30) as client:
+                text = client.get(f"{server.url}/metrics").text
+            assert _metric_total(text, "peregrine_requests_total") == total
+            assert _metric_total(text, "peregrine_model_calls_total") == total
+            assert _metric_total(text, "peregrine_request_duration_seconds_count") == total
+            info_pids = set(re.findall(r'^peregrine_process_info\{[^}]*pid="(\d+)"', text, re.M))
+            assert info_pids == {str(p) for p in scored}
     finally:
         server.stop()
+    assert metrics_dirs() <= before  # the supervisor removed the shared metrics directory

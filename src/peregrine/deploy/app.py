@@ -298,6 +298,7 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
             yield
         finally:
             await batcher.stop()  # after uvicorn answered the accepted requests
+            metrics.close()
 
     async def not_here(request: Request) -> Response:  # POST /v1/<method> never gets here
         raise HTTPException(500)

@@ -1,8 +1,14 @@
 """Prometheus metrics of one server (prometheus-client, text exposition format 0.0.4).
 
-Each app owns its registry, so several servers (or tests) in one process do not share counts.
-With ``--workers N`` every worker process counts its own requests; the ``pid`` in ``/v1/model``
-and in each scrape's ``peregrine_process_info`` says which one answered.
+One process: each app owns its registry, so several servers (or tests) in one process do not
+share counts. ``--workers N``: prometheus-client's multiprocess mode. The supervisor points
+``PROMETHEUS_MULTIPROC_DIR`` at a fresh directory before it starts the workers, every worker
+writes its values to memory-mapped files there, and a scrape of any worker reads all of them:
+counters and histograms are the sums over the workers (those that exited included),
+``peregrine_queue_rows`` the sum over live workers, and ``peregrine_process_info`` one series per
+live worker (``pid`` label). The mode is chosen when prometheus_client is first imported, from
+that variable; a server started under another multiprocess supervisor with the variable set
+uses it too.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from prometheus_client import (
     Info,
     disable_created_metrics,
     generate_latest,
+    values,
 )
 
 disable_created_metrics()  # the *_created series double the scrape and say nothing here
@@ -41,8 +48,18 @@ LATENCY_BUCKETS = (
 ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536)
 
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def multiprocess_mode() -> bool:
+    """Whether this process's metric values live in PROMETHEUS_MULTIPROC_DIR's files (decided
+    by prometheus_client when it was imported)."""
+    return bool(getattr(values.ValueClass, "_multiprocess", False))
+
+
 class Metrics:
     def __init__(self, content_hash: str | None, source: str) -> None:
+        self.multiprocess = multiprocess_mode()
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "peregrine_requests",
@@ -86,9 +103,28 @@ class Metrics:
             registry=r,
         )
         self.rows = Counter("peregrine_rows_scored", "Rows scored", ["method"], registry=r)
-        self.queue_rows = Gauge("peregrine_queue_rows", "Rows waiting for the model", registry=r)
-        info = Info("peregrine_process", "The model this process serves", registry=r)
-        info.info({"content_hash": content_hash or "", "source": source, "pid": str(os.getpid())})
+        self.queue_rows = Gauge(
+            "peregrine_queue_rows",
+            "Rows waiting for the model",
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        labels = {"content_hash": content_hash or "", "source": source}
+        if self.multiprocess:
+            # Info metrics do not reach the shared files: a gauge of 1 per live worker, to
+            # which the multiprocess collector adds the pid label itself
+            info = Gauge(
+                "peregrine_process_info",
+                "The model this process serves",
+                list(labels),
+                registry=r,
+                multiprocess_mode="liveall",
+            )
+            info.labels(**labels).set(1)
+        else:
+            Info("peregrine_process", "The model this process serves", registry=r).info(
+                {**labels, "pid": str(os.getpid())}
+            )
 
         self._children: dict[tuple, tuple] = {}  # labelled children, looked up once
 
@@ -114,4 +150,19 @@ class Metrics:
         self.rows.labels(method).inc(rows)
 
     def exposition(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        if not self.multiprocess:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        from prometheus_client import multiprocess
+
+        # every worker's files, read at each scrape (prometheus-client's documented pattern)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+
+    def close(self) -> None:
+        """On a worker's clean exit: drop its live gauges (queue rows, process info) from the
+        shared files; its counters stay in the totals."""
+        if self.multiprocess:
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(os.getpid())

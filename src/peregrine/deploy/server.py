@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import shutil
 import socket
 import sys
+import tempfile
 
 from peregrine.deploy.app import CONFIG_ENV, ServeConfig, create_app
+from peregrine.deploy.metrics import MULTIPROC_ENV
 from peregrine.errors import PeregrineError
 
 
@@ -61,10 +64,16 @@ def serve(
         backlog=4096,
         server_header=False,
     )
+    metrics_dir = None
     if workers > 1:
         # each worker process loads the artifact itself (import string + config in its env)
         create_app(config)  # fail here, once, on a bad artifact rather than in N children
         os.environ[CONFIG_ENV] = config.to_env()
+        if not os.environ.get(MULTIPROC_ENV):
+            # the workers (spawned, so their prometheus_client is imported afresh) share their
+            # metrics through files here: /metrics on any worker counts all of them
+            metrics_dir = tempfile.mkdtemp(prefix="peregrine-metrics-")
+            os.environ[MULTIPROC_ENV] = metrics_dir
         uconfig = uvicorn.Config(
             "peregrine.deploy.app:app_from_env", factory=True, workers=workers, **common
         )
@@ -87,5 +96,8 @@ def serve(
         pass
     finally:
         sock.close()
+        if metrics_dir is not None:
+            os.environ.pop(MULTIPROC_ENV, None)
+            shutil.rmtree(metrics_dir, ignore_errors=True)
     if workers == 1 and not server.started:
         sys.exit(3)  # uvicorn's STARTUP_FAILURE: the lifespan failed
