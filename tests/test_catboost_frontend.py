@@ -197,13 +197,15 @@ def test_missing_or_float_category_refused(bad):
         compiled.predict(rows)
 
 
-def test_ctr_combinations_refused():
+def test_ctr_combinations_compile():
+    """max_ctr_complexity=2 on interacting features: combination CTRs (tests/test_catboost_ctr.py
+    has the matrix)."""
     df = _cat_frame(3000, 6)
     key = (df.d.map({c: i for i, c in enumerate(CATS)}) * 7 + df.e * 3) % 5
     model = cb.CatBoostClassifier(iterations=60, depth=6, cat_features=["c", "d", "e"],
                                   max_ctr_complexity=2, **COMMON).fit(df, (key >= 2).astype(int))
-    with pytest.raises(UnsupportedModelError, match="CTR over a feature combination"):
-        peregrine.compile(model, backend="reference")
+    compiled = peregrine.compile(model, backend="reference")
+    _check_same(compiled, model, _cat_frame(400, 7, unseen=True))
 
 
 def test_text_features_refused():

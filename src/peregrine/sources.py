@@ -53,7 +53,7 @@ _UBJSON_MARKERS = b"$#iUIlLH"
 _CATBOOST_MAGIC = b"CBM1"
 # top-level keys of CatBoost's JSON export (save_model(format="json"))
 _CATBOOST_JSON_KEYS = (b'"features_info"', b'"oblivious_trees"', b'"model_info"',
-                       b'"non_symmetric_trees"')
+                       b'"non_symmetric_trees"', b'"ctr_data"')  # ctr_data: CTR models' first
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,9 @@ Categorical features: CatBoost keys each category by ``CalcCatFeatureHash`` (Cit
 its string, low 32 bits) and stores no strings, so the spec marks those columns
 ``hash_columns`` and the runtime hashes each value at the boundary; the graph then derives one
 numeric column per one-hot value (1 iff hash == value) and per CTR (the CTR value looked up by
-hash, frontends/catboost_ctr.py) with CATEGORY_MAP, and the forest splits on those. CTRs over
-feature combinations are refused. Text and embedding features are refused as well.
+hash, or for a combination of features the CTR value of the row's decoded tuple,
+frontends/catboost_ctr.py and catboost_combos.py) with CATEGORY_MAP, and the forest splits on
+those. Text and embedding features are refused.
 """
 
 from __future__ import annotations
@@ -237,8 +238,8 @@ def _dimension(raw: dict) -> int:
 
 @register_frontend(
     CatBoostRegressor, library="catboost", methods=("predict",),
-    notes="numeric and categorical features (one-hot, single-feature CTRs; CTR combinations "
-    "refused); oblivious and Depthwise/Lossguide trees; NaN modes Min/Max/Forbidden; RMSE, "
+    notes="numeric and categorical features (one-hot, CTRs of single features and "
+    "combinations); oblivious and Depthwise/Lossguide trees; NaN modes Min/Max/Forbidden; RMSE, "
     "MAE, Quantile, Expectile, Huber, Poisson/Tweedie (exp), ...",
 )
 @register_frontend(
@@ -264,9 +265,9 @@ def convert_regressor(model: Any) -> ModelSpec:
 
 @register_frontend(
     CatBoostClassifier, library="catboost", methods=("predict", "predict_proba"),
-    notes="numeric and categorical features (one-hot, single-feature CTRs hashed at the input "
-    "boundary; CTR combinations refused); Logloss, CrossEntropy, MultiClass; oblivious and "
-    "non-symmetric trees; NaN modes Min/Max/Forbidden",
+    notes="numeric and categorical features (one-hot, CTRs of single features and "
+    "combinations, hashed at the input boundary); Logloss, CrossEntropy, MultiClass; oblivious "
+    "and non-symmetric trees; NaN modes Min/Max/Forbidden",
 )
 def convert_classifier(model: Any) -> ModelSpec:
     raw = model_json(model)

@@ -3,35 +3,42 @@
 The runtime hashes every categorical input column with CatBoost's ``CalcCatFeatureHash``
 (``ModelSpec.hash_columns``, runtime/cat_hash.py), so the graph sees uint32 hashes (exact in
 float64). Each split on a categorical feature reads one derived column, appended after the
-inputs by a SELECT of the hashed columns and one CATEGORY_MAP (hash -> value, unknown hash ->
-a constant), so the forest itself only has numeric ``x > border`` splits:
+inputs, so the forest itself only has numeric ``x > border`` splits:
 
 * ``OneHotFeature`` (``one_hot_max_size``): 1.0 iff the hash equals the split's value (the
   JSON holds it as a signed int32), split at 0.5;
-* ``OnlineCtr``: the CTR value, looked up by hash in the model's ``ctr_data`` table, split at
-  its float32 border. CatBoost's evaluator (catboost/libs/model/static_ctr_provider.cpp and
-  the Python export's ``calc_ctrs``): a single-feature projection keys its table by
-  ``CalcHash(0, (ui64)(i32)hash)`` = ``M * (M * hash)`` mod 2**64 with M = 0x4906ba494954cb65,
-  which is invertible (M is odd), so each stored key gives back its category hash. The value is
-  ``TModelCtr::Calc(good, total) = ((good + prior_num) / (total + prior_denom) + shift) * scale``
-  in float32, with (good, total) per CTR type: Borders (binary) ``(c1, c0 + c1)``, Borders
-  (k classes) ``(sum c[b+1:], sum c)``, Buckets ``(c[b], sum c)``, Counter / FeatureFreq
-  ``(count, counter_denominator)``; a hash absent from the table gives ``Calc(0, 0)``. The
-  JSON's ``hash_map`` lists the table's buckets ``[key, counts...]``, empty buckets keyed
-  2**64 - 1 (skipped).
+* ``OnlineCtr``: the CTR value, looked up in the model's ``ctr_data`` table, split at its
+  float32 border. CatBoost's evaluator (catboost/libs/model/static_ctr_provider.cpp and the
+  Python export's ``calc_ctrs``) keys the table by the projection's chained ``CalcHash``
+  (catboost_combos.py). The value is ``TModelCtr::Calc(good, total) = ((good + prior_num) /
+  (total + prior_denom) + shift) * scale`` in float32, with (good, total) per CTR type:
+  Borders (binary) ``(c1, c0 + c1)``, Borders (k classes) ``(sum c[b+1:], sum c)``, Buckets
+  ``(c[b], sum c)``, Counter / FeatureFreq ``(count, counter_denominator)``,
+  BinarizedTargetMeanValue / FloatTargetMeanValue ``(sum, count)``; a key absent from the
+  table (an unseen category or combination) gives ``Calc(0, 0)``. The JSON's ``hash_map``
+  lists the table's buckets ``[key, counts...]``, empty buckets keyed 2**64 - 1 (skipped).
 
-Refused (UnsupportedModelError): CTRs over feature combinations (``elements`` naming more than
-one categorical feature or a binarized float/one-hot feature) and target-mean CTR types
-(BinarizedTargetMeanValue, FloatTargetMeanValue).
+A single-feature projection keys its table by ``CalcHash(0, (ui64)(i32)hash)`` =
+``M * (M * hash)``, inverted (M is odd) to the category hash: one CATEGORY_MAP (hash -> CTR
+value) of the hashed column. A combination (several categorical features, or categorical
+features with binarized float features ``x > border`` or one-hot elements) cannot be keyed by
+one column, so its keys are decoded into tuples when compiling (catboost_combos.py) and the
+graph numbers each row's tuple: one CATEGORY_MAP turns each categorical element into a code
+(1..n for the categories the table holds, 0 for any other), float elements become 0/1 with
+CatBoost's float32 comparison and NaN rule (AFFINE + BINARIZE), one LINEAR makes the mixed-
+radix number of the tuple (exact: integers below 2**53), and CATEGORY_MAPs map the numbers of
+the stored tuples to their CTR values.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from peregrine.frontends.base import unsupported
+from peregrine.frontends.catboost_combos import Projection, decode_all
 from peregrine.ir import GraphBuilder, Op
 
 CATBOOST_HASH = "catboost-city64-low32"  # runtime/cat_hash.py's rule name
@@ -39,29 +46,71 @@ _MAGIC = 0x4906BA494954CB65  # CalcHash's multiplier (catboost/libs/model/hash.h
 _M64 = (1 << 64) - 1
 _EMPTY = _M64  # key of an empty bucket in the exported hash map
 _INV_MAGIC2 = pow(_MAGIC * _MAGIC, -1, 1 << 64)
-_COUNT_TYPES = ("Borders", "Buckets", "Counter", "FeatureFreq")
+_COUNT_TYPES = ("Borders", "Buckets", "Counter", "FeatureFreq", "BinarizedTargetMeanValue",
+                "FloatTargetMeanValue")
+_CAT = "cat_feature_value"
+_FLOAT = "float_feature"
+_ONE_HOT = "cat_feature_exact_value"  # a one-hot value in a combination
 
 
 def _uint32(value: int) -> float:
     return float(int(value) & 0xFFFFFFFF)
 
 
+def gt_float32_threshold(border: float) -> float:
+    """t with ``x > t`` (float64 x) iff ``float32(x) > float32(border)``: CatBoost casts
+    features to float32. float32(x) > b iff float32(x) >= next(b), i.e. x at or past the
+    midpoint m of b and next(b) when that tie rounds up (to even), past m when it rounds down."""
+    b = np.float32(border)
+    with np.errstate(over="ignore"):
+        nxt = np.nextafter(b, np.float32(np.inf))
+        up = bool(np.float32(m := _midpoint(b, nxt)) == nxt)
+    return float(np.nextafter(m, -np.inf)) if up else m
+
+
+def _midpoint(b: np.float32, nxt: np.float32) -> float:
+    """The float64 halfway between float32 b and its successor (exact in float64)."""
+    if np.isinf(nxt):  # b is the largest float32: x rounds to inf from max + half an ulp on
+        return float(b) + (float(b) - float(np.nextafter(b, np.float32(0)))) / 2
+    return (float(b) + float(nxt)) / 2
+
+
+@dataclass
+class _Combination:
+    """One combination table as the graph sees it: each row's tuple numbered in mixed radix."""
+
+    # categorical elements: (input column, category hashes as uint32 floats, radix weight);
+    # a one-hot element is one with the single category it tests (code 1 iff equal)
+    slots: list[tuple[int, np.ndarray, float]]
+    bits: list[tuple[int, float, bool, float]]  # float: (column, border, NaN true, weight)
+    numbers: np.ndarray  # the number of each decoded tuple
+    entry: np.ndarray  # the table entry of each decoded tuple
+
+
 class CategoricalColumns:
-    """The derived columns (input column, categories, codes, unknown) a model's splits read."""
+    """The derived columns a model's splits read: one-hot indicators and CTR values."""
 
     def __init__(self, model: Any, raw: dict, n_inputs: int) -> None:
         info = raw["features_info"]
         self.model, self.n_inputs = model, n_inputs
         self.cat_column = {int(f["feature_index"]): int(f["flat_feature_index"])
                            for f in info.get("categorical_features") or []}
+        floats = info.get("float_features") or []
+        self.float_column = {int(f["feature_index"]): int(f["flat_feature_index"])
+                             for f in floats}
+        self.nan_true = {int(f["feature_index"]): f.get("nan_value_treatment") == "AsTrue"
+                         for f in floats}
         self.ctrs = info.get("ctrs") or []
         self.ctr_data = raw.get("ctr_data") or {}
-        self.derived: list[tuple[int, np.ndarray, np.ndarray, float]] = []
+        # ("map", column, categories, values, unknown) or ("combo", combination, values,
+        # unknown), in the order the forest numbers them after the inputs
+        self.derived: list[tuple] = []
         self._index: dict[tuple, int] = {}
+        self._combos: dict[str, _Combination] | None = None
         # split_index numbers the binary features: float borders, one-hot values, CTR
         # borders, in features_info order (the evaluator's binarization order)
         self._ctr_of_split: dict[int, tuple[int, float]] = {}
-        k = sum(len(f.get("borders") or []) for f in info.get("float_features") or [])
+        k = sum(len(f.get("borders") or []) for f in floats)
         k += sum(len(f.get("values") or []) for f in info.get("categorical_features") or [])
         for c, ctr in enumerate(self.ctrs):
             for border in ctr.get("borders") or []:
@@ -73,8 +122,9 @@ class CategoricalColumns:
 
     def _column(self, key: tuple, make) -> int:
         if key not in self._index:
+            entry = make()
             self._index[key] = len(self.derived)
-            self.derived.append(make())
+            self.derived.append(entry)
         return self.n_inputs + self._index[key]
 
     def split_column(self, split: dict) -> tuple[int, float]:
@@ -83,26 +133,20 @@ class CategoricalColumns:
             f, value = int(split["cat_feature_index"]), int(split["value"])
             col = self.cat_column[f]
             return self._column(("onehot", f, value), lambda: (
-                col, np.array([_uint32(value)]), np.array([1.0]), 0.0)), 0.5
+                "map", col, np.array([_uint32(value)]), np.array([1.0]), 0.0)), 0.5
         at = self._ctr_of_split.get(int(split.get("split_index", -1)))
         if at is None or np.float32(at[1]) != np.float32(split["border"]):
             raise unsupported(self.model, f"an OnlineCtr split whose split_index "
                               f"{split.get('split_index')} names no CTR border",
                               "CTR splits numbered as in features_info.ctrs")
         c = at[0]
-        return self._column(("ctr", c), lambda: self._ctr_table(self.ctrs[c])), at[1]
+        return self._column(("ctr", c), lambda: self._ctr_column(self.ctrs[c])), at[1]
 
-    def _ctr_table(self, ctr: dict) -> tuple[int, np.ndarray, np.ndarray, float]:
-        kind = ctr.get("ctr_type")
-        elements = ctr.get("elements") or []
-        name = ctr.get("identifier", kind)
-        if len(elements) != 1 or elements[0].get("combination_element") != "cat_feature_value":
-            raise unsupported(
-                self.model, f"a CTR over a feature combination ({name})",
-                "CTRs of single categorical features (train with max_ctr_complexity=1)")
+    def _table(self, ctr: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(keys as uint64, good, total) of every stored entry of the CTR's table."""
+        kind, name = ctr.get("ctr_type"), ctr.get("identifier", ctr.get("ctr_type"))
         if kind not in _COUNT_TYPES:
             raise unsupported(self.model, f"CTR type {kind!r}", ", ".join(_COUNT_TYPES))
-        col = self.cat_column[int(elements[0]["cat_feature_index"])]
         table = self.ctr_data.get(ctr["identifier"])
         if table is None:
             raise unsupported(self.model, f"a CTR without its ctr_data table ({name})")
@@ -110,41 +154,185 @@ class CategoricalColumns:
         flat = table["hash_map"]
         rows = [flat[i:i + stride] for i in range(0, len(flat), stride)]
         rows = [r for r in rows if int(r[0]) != _EMPTY]
-        hashes, good, total = [], [], []
         b = int(ctr.get("target_border_idx", 0))
+        good, total = [], []
         for r in rows:
-            key = (int(r[0]) * _INV_MAGIC2) & _M64  # the (sign-extended) category hash
-            signed = key - (1 << 64) if key >> 63 else key
-            if not -(1 << 31) <= signed < (1 << 31):
-                raise unsupported(self.model, f"a CTR table key that is no category hash "
-                                  f"({name})")
             counts = [float(v) for v in r[1:]]
             if kind in ("Counter", "FeatureFreq"):
                 g, t = counts[0], float(table["counter_denominator"])
+            elif kind in ("BinarizedTargetMeanValue", "FloatTargetMeanValue"):
+                g, t = counts[0], counts[1]  # the bucket's (target sum, count)
             elif kind == "Buckets":
                 g, t = counts[b], sum(counts)
             elif len(counts) == 2:
                 g, t = counts[1], counts[0] + counts[1]
             else:
                 g, t = sum(counts[b + 1:]), sum(counts)
-            hashes.append(_uint32(signed))
             good.append(g)
             total.append(t)
-        values = _calc(ctr, np.asarray(good), np.asarray(total))
+        keys = np.array([int(r[0]) for r in rows], dtype=np.uint64)
+        return keys, np.asarray(good, dtype=np.float64), np.asarray(total, dtype=np.float64)
+
+    def _ctr_column(self, ctr: dict) -> tuple:
+        elements = ctr.get("elements") or []
+        keys, good, total = self._table(ctr)
+        values = _calc(ctr, good, total)
         unknown = float(_calc(ctr, np.zeros(1), np.zeros(1))[0])
-        return col, np.asarray(hashes, dtype=np.float64), values, unknown
+        if len(elements) == 1 and elements[0].get("combination_element") == _CAT:
+            col = self.cat_column[int(elements[0]["cat_feature_index"])]
+            hashes = []
+            for key in keys:
+                h = (int(key) * _INV_MAGIC2) & _M64  # the (sign-extended) category hash
+                signed = h - (1 << 64) if h >> 63 else h
+                if not -(1 << 31) <= signed < (1 << 31):
+                    raise unsupported(self.model, "a CTR table key that is no category hash "
+                                      f"({ctr.get('identifier')})")
+                hashes.append(_uint32(signed))
+            return "map", col, np.asarray(hashes, dtype=np.float64), values, unknown
+        combo = self._combinations()[ctr["identifier"]]
+        return "combo", combo, values[combo.entry], unknown
+
+    def _projection(self, ctr: dict) -> tuple[Projection, list[dict]]:
+        """The hash chain's structure: categorical features first, then the binarized
+        elements (float ``x > border``, one-hot ``hash == value``) in the export's order."""
+        cats, bits = [], []
+        for e in ctr.get("elements") or []:
+            kind = e.get("combination_element")
+            if kind == _CAT:
+                cats.append(int(e["cat_feature_index"]))
+            elif kind in (_FLOAT, _ONE_HOT):
+                bits.append(e)
+            else:
+                raise unsupported(self.model, f"a CTR combination element {kind!r} "
+                                  f"({ctr.get('identifier')})", f"{_CAT}, {_FLOAT}, {_ONE_HOT}")
+        if not cats:
+            raise unsupported(self.model, f"a CTR with no categorical feature "
+                              f"({ctr.get('identifier')})")
+        return Projection(tuple(cats), len(bits)), bits
+
+    def _combinations(self) -> dict[str, _Combination]:
+        """Every table's tuples, decoded once (the tables teach each other their categories)."""
+        if self._combos is not None:
+            return self._combos
+        projections, keys, elements = {}, {}, {}
+        for ctr in self.ctrs:
+            name = ctr["identifier"]
+            if name in projections or name not in self.ctr_data:
+                continue
+            projections[name], elements[name] = self._projection(ctr)
+            keys[name] = self._table(ctr)[0]
+        try:
+            decoded = decode_all(projections, keys)
+        except ValueError as exc:
+            raise unsupported(self.model, f"a CTR over a feature combination whose keys "
+                              f"Peregrine cannot decode: {exc}") from exc
+        self._combos = {}
+        for name, rows in decoded.items():
+            proj = projections[name]
+            k = len(proj.cats)
+            slots, bits, radix = [], [], 1
+            numbers = np.zeros(len(rows), dtype=np.float64)
+            for j, f in enumerate(proj.cats):
+                values = np.unique(rows[:, 1 + j])
+                code = np.searchsorted(values, rows[:, 1 + j]) + 1  # 0: any other category
+                slots.append((self.cat_column[f], np.array([_uint32(v) for v in values]),
+                              float(radix)))
+                numbers += code * float(radix)
+                radix *= len(values) + 1
+            for i, e in enumerate(elements[name]):
+                if e["combination_element"] == _ONE_HOT:
+                    col = self.cat_column[int(e["cat_feature_index"])]
+                    slots.append((col, np.array([_uint32(e["value"])]), float(radix)))
+                else:
+                    f = int(e["float_feature_index"])
+                    bits.append((self.float_column[f], float(np.float32(e["border"])),
+                                 self.nan_true[f], float(radix)))
+                numbers += rows[:, 1 + k + i] * float(radix)
+                radix *= 2
+            if radix > 1 << 53:
+                raise unsupported(self.model, f"a CTR combination with {radix} tuples "
+                                  f"({name})", "combinations numbered below 2**53")
+            self._combos[name] = _Combination(slots, bits, numbers, rows[:, 0])
+        return self._combos
 
     def add_columns(self, g: GraphBuilder, x: str) -> str:
         """The input with the derived columns appended (x unchanged when there are none)."""
         if not self.derived:
             return x
-        k = len(self.derived)
-        sel = g.add(Op.SELECT, (x,), width=k, columns=np.array([d[0] for d in self.derived]))
-        mapped = g.add(Op.CATEGORY_MAP, (sel,), width=k, columns=np.arange(k),
-                       categories=tuple(d[1] for d in self.derived),
-                       codes=tuple(d[2] for d in self.derived),
-                       unknown=np.array([d[3] for d in self.derived], dtype=np.float64))
-        return g.add(Op.CONCAT, (x, mapped), width=self.n_inputs + k)
+        # each derived column as (source node, its column, categories, values, unknown)
+        lookups = []
+        numbers = self._combo_numbers(g, x) if any(d[0] == "combo" for d in self.derived) \
+            else None
+        for d in self.derived:
+            if d[0] == "map":
+                lookups.append((x, d[1], d[2], d[3], d[4]))
+            else:
+                node, at = numbers
+                lookups.append((node, at[id(d[1])], d[1].numbers, d[2], d[3]))
+        # one CATEGORY_MAP per source and table size class: its lowerings compare every value
+        # with a table padded to the group's largest, so mixing 3- and 600-entry tables in one
+        # node would cost 600 comparisons for every column
+        groups: dict[tuple[str, int], list[int]] = {}
+        for i, (node, _, cats, _, _) in enumerate(lookups):
+            groups.setdefault((node, int(np.ceil(np.log2(max(len(cats), 1))))), []).append(i)
+        parts, order = [x], []
+        for (node, _), members in sorted(groups.items()):
+            k = len(members)
+            sel = g.add(Op.SELECT, (node,), width=k,
+                        columns=np.array([lookups[i][1] for i in members]))
+            parts.append(g.add(Op.CATEGORY_MAP, (sel,), width=k, columns=np.arange(k),
+                               categories=tuple(lookups[i][2] for i in members),
+                               codes=tuple(lookups[i][3] for i in members),
+                               unknown=np.array([lookups[i][4] for i in members],
+                                                dtype=np.float64)))
+            order += members
+        width = self.n_inputs + len(self.derived)
+        out = g.add(Op.CONCAT, tuple(parts), width=width)
+        if order == sorted(order):
+            return out
+        # back into the order the forest numbered the derived columns
+        at = {d: self.n_inputs + i for i, d in enumerate(order)}
+        return g.add(Op.SELECT, (out,), width=width, columns=np.array(
+            list(range(self.n_inputs)) + [at[d] for d in range(len(self.derived))]))
+
+    def _combo_numbers(self, g: GraphBuilder, x: str) -> tuple[str, dict[int, int]]:
+        """A node with each used combination's tuple number (one column per combination)."""
+        used: list[_Combination] = []
+        for d in self.derived:
+            if d[0] == "combo" and all(d[1] is not c for c in used):
+                used.append(d[1])
+        slots = [s for c in used for s in c.slots]
+        bits = [b for c in used for b in c.bits]
+        n_slots, n_bits = len(slots), len(bits)
+        sel = g.add(Op.SELECT, (x,), width=n_slots, columns=np.array([s[0] for s in slots]))
+        z = g.add(Op.CATEGORY_MAP, (sel,), width=n_slots, columns=np.arange(n_slots),
+                  categories=tuple(s[1] for s in slots),
+                  codes=tuple(np.arange(1, len(s[1]) + 1, dtype=np.float64) for s in slots),
+                  unknown=np.zeros(n_slots))
+        if bits:
+            b = g.add(Op.SELECT, (x,), width=n_bits, columns=np.array([t[0] for t in bits]))
+            if any(t[2] for t in bits):
+                # nan_mode Max: NaN binarizes above every border (CatBoost's AsTrue); the
+                # others leave NaN, which BINARIZE sends to 0 like CatBoost's AsFalse/AsIs
+                b = g.add(Op.IMPUTE, (b,), width=n_bits,
+                          values=np.array([np.inf if t[2] else np.nan for t in bits]))
+            # x - t > 0 iff x > t exactly (a difference rounds to 0 only when equal)
+            b = g.add(Op.AFFINE, (b,), width=n_bits, scale=np.ones(n_bits),
+                      shift=np.array([-gt_float32_threshold(t[1]) for t in bits]))
+            b = g.add(Op.BINARIZE, (b,), width=n_bits, threshold=0.0)
+            z = g.add(Op.CONCAT, (z, b), width=n_slots + n_bits)
+        # codes and bits are small integers, never NaN: one product numbers every tuple
+        weight = np.zeros((n_slots + n_bits, len(used)))
+        s = t = 0
+        for p, c in enumerate(used):
+            for slot in c.slots:
+                weight[s, p] = slot[2]
+                s += 1
+            for bit in c.bits:
+                weight[n_slots + t, p] = bit[3]
+                t += 1
+        node = g.add(Op.LINEAR, (z,), width=len(used), weight=weight, bias=np.zeros(len(used)))
+        return node, {id(c): p for p, c in enumerate(used)}
 
 
 def _calc(ctr: dict, good: np.ndarray, total: np.ndarray) -> np.ndarray:
