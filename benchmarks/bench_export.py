@@ -1,12 +1,22 @@
 """ONNX Runtime on Peregrine's ONNX export against ONNX Runtime on skl2onnx / onnxmltools's
-conversion of the same model (the peer ``peregrine.bench.builtin_peers.OnnxRuntimePeer``), on
-the three tree models of ``bench_trees.py``, at 100K rows and at one row (a loop of single-row
-calls). Both sessions: CPU execution provider, ``--threads`` intra-op threads. Peregrine's
-export reads float64 (its exactness contract), the converters' float32; each side gets its
-own input dtype, made from the same float32 rows. Also reports each side's largest difference
-from the library's own predict_proba.
+conversion of the same model, at 100K rows and at one row (a loop of single-row calls):
 
-    .venv/bin/python benchmarks/bench_export.py [--train-rows 100000] [--threads N]
+- ``trees``: the three tree models of ``bench_trees.py`` (XGBoost 500x8, LightGBM 500 trees of
+  256 leaves, RandomForest 100x8), the peer being ``peregrine.bench.builtin_peers.
+  OnnxRuntimePeer`` (onnxmltools for XGBoost/LightGBM, skl2onnx for scikit-learn);
+- ``pipelines``: the operator table of ``bench_pipelines.py`` (linear models, naive Bayes, an
+  MLP, featurizers, kernel SVMs; its ColumnTransformer rows read string columns, which the
+  export does not take, and are listed as such), the peer being its skl2onnx conversion.
+
+Both sessions: CPU execution provider, ``--threads`` intra-op threads, one inter-op thread.
+Each side gets the input its file declares, made from the same float32 rows (Peregrine's
+export: float64 by default, float32 with ``--input-dtype float32`` where the model allows it;
+the converters: float32). Timings: the best of ``--repeat`` runs for the batch, the best of
+``--repeat`` loops of ``--one-row-calls`` calls for one row, the two systems interleaved so
+that load on a shared machine hits both; the ratio is the peer's time over the export's (> 1:
+the export is faster). Also reports each side's largest difference from the library.
+
+    .venv/bin/python benchmarks/bench_export.py [--sections trees,pipelines] [--threads N]
 
 This is a script, not a test; figures go to docs/export.md with the CPU from lscpu.
 """
@@ -20,20 +30,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_trees import best_time, make_data, train  # noqa: E402
-
-
-def per_row(fn, X, rows=300) -> float:
-    fn(X[:1])
-    t = time.perf_counter()
-    for i in range(rows):
-        fn(X[i:i + 1])
-    return (time.perf_counter() - t) / rows
+from bench_trees import make_data, train  # noqa: E402
 
 
 def cpu() -> str:
@@ -46,55 +49,141 @@ def cpu() -> str:
     return f"{name}, {os.cpu_count()} CPUs"
 
 
-def main(argv=None) -> None:
+def batch_time(fn, X) -> float:
+    t = time.perf_counter()
+    fn(X)
+    return time.perf_counter() - t
+
+
+def one_row_time(fn, X, calls: int) -> float:
+    t = time.perf_counter()
+    for i in range(calls):
+        fn(X[i:i + 1])
+    return (time.perf_counter() - t) / calls
+
+
+def compare(systems: dict, inputs: dict, repeat: int, calls: int) -> dict:
+    """{system: (best batch s, best one-row s)}, the systems interleaved run by run."""
+    for name, fn in systems.items():  # warm-up
+        fn(inputs[name])
+        fn(inputs[name][:1])
+    best = {name: [np.inf, np.inf] for name in systems}
+    for _ in range(repeat):
+        for name, fn in systems.items():
+            best[name][0] = min(best[name][0], batch_time(fn, inputs[name]))
+            best[name][1] = min(best[name][1], one_row_time(fn, inputs[name], calls))
+    return {k: tuple(v) for k, v in best.items()}
+
+
+def export_session(model, method: str, input_dtype: str, threads: int, sample):
+    """Peregrine's export of ``model`` (compiled with the reference backend; the export lowers
+    the IR whichever backend compiled it) as an ONNX Runtime callable for ``method``, and
+    the seconds the export took (lowering, checker, validation)."""
     import onnxruntime as ort
 
     import peregrine
-    from peregrine.bench.builtin_peers import OnnxRuntimePeer
+    from peregrine.export import export_onnx
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--train-rows", type=int, default=100_000)
-    p.add_argument("--rows", type=int, default=100_000)
-    p.add_argument("--threads", type=int, default=os.cpu_count())
-    p.add_argument("--models", default="xgboost,lightgbm,rf")
-    args = p.parse_args(argv)
+    compiled = peregrine.compile(model, backend="reference")
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.onnx")
+        t = time.perf_counter()
+        report = export_onnx(compiled, path, methods=[method], sample=sample,
+                             input_dtype=input_dtype)
+        took = time.perf_counter() - t
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    out = report.methods[method]
+    dtype = np.dtype(report.inputs["X"][0])
+    return (lambda A: sess.run([out], {"X": A})[0]), dtype, took
+
+
+def max_diff(got, want) -> float:
+    got = np.asarray(got, np.float64).reshape(np.shape(want))
+    return float(np.max(np.abs(got - np.asarray(want, np.float64))))
+
+
+def row(name, res, ours, peer, diff_ours, diff_peer, took) -> str:
+    (b0, o0), (b1, o1) = res[ours], res[peer]
+    return (f"| {name} | {b0:.4f} | {b1:.4f} | **{b1 / b0:.2f}x** | {o0 * 1e6:.1f} | "
+            f"{o1 * 1e6:.1f} | **{o1 / o0:.2f}x** | {diff_ours:.1g} | {diff_peer:.1g} | "
+            f"{took:.1f} |")
+
+
+HEADER = ("| model | export 100K rows (s) | peer 100K (s) | ratio | export 1 row (us) | "
+          "peer 1 row (us) | ratio | export max diff | peer max diff | export + validate (s) |"
+          "\n|---|---|---|---|---|---|---|---|---|---|")
+
+
+def bench_trees(args) -> None:
+    from peregrine.bench.builtin_peers import OnnxRuntimePeer
 
     X, y = make_data(args.train_rows)
     Xb, _ = make_data(args.rows, seed=1)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = args.threads
-    so.inter_op_num_threads = 1
-    print(f"CPU: {cpu()}; onnxruntime {ort.__version__}; threads {args.threads}; "
-          f"trained on {args.train_rows} rows; batch {args.rows} rows")
-    print("| model | system | 100K rows (s) | 1 row (us) | max abs diff vs library |")
-    print("|---|---|---|---|---|")
+    print(f"\n### Trees (trained on {args.train_rows} rows, `predict_proba`)\n\n{HEADER}")
     for name in args.models.split(","):
         model = train(name, X, y, args.threads)
         want = model.predict_proba(Xb)
         peer = OnnxRuntimePeer().prepare(model, Xb.shape[1], threads=args.threads)
-        compiled = peregrine.compile(model, backend="reference")
-        with tempfile.TemporaryDirectory() as tmp:
-            path = os.path.join(tmp, "m.onnx")
-            t = time.perf_counter()
-            compiled.export_onnx(path, sample=Xb[:2000])
-            export_s = time.perf_counter() - t
-            sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        ours, dtype, took = export_session(model, "predict_proba", args.input_dtype,
+                                           args.threads, Xb[:2000])
+        inputs = {"export": Xb.astype(dtype), "peer": Xb}
+        res = compare({"export": ours, "peer": peer}, inputs, args.repeat, args.one_row_calls)
+        print(row(name, res, "export", "peer", max_diff(ours(inputs["export"]), want),
+                  max_diff(peer(Xb), want), took), flush=True)
 
-        def ours(A, sess=sess):
-            return sess.run(["probabilities"], {"X": A})[0]
 
-        X64 = Xb.astype(np.float64)
-        rows = {
-            "peregrine export": (ours, X64),
-            "skl2onnx/onnxmltools": (peer, Xb),
-        }
-        for system, (fn, A) in rows.items():
-            batch = best_time(fn, A, 5)
-            one = per_row(fn, A)
-            diff = float(np.max(np.abs(np.asarray(fn(A)).reshape(want.shape) - want)))
-            print(f"| {name} | {system} | {batch:.3f} | {one * 1e6:.0f} | {diff:.2g} |",
-                  flush=True)
-        print(f"| {name} | (export + validation time) | {export_s:.1f} s | | |", flush=True)
+def bench_pipelines(args) -> None:
+    import bench_pipelines as bp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        models, X = bp._models(args.train_rows)
+    rng = np.random.default_rng(1)
+    Xb = X[rng.integers(0, len(X), args.rows)]
+    print(f"\n### Pipeline operators (bench_pipelines.py's table)\n\n{HEADER}")
+    for name, model, method, kind in models:
+        if kind == "frame":
+            print(f"| {name} | string columns: not exported | | | | | | | | |", flush=True)
+            continue
+        want = getattr(model, method)(Xb)
+        peer = bp._onnx(model, method, kind, Xb)
+        try:
+            ours, dtype, took = export_session(model, method, args.input_dtype, args.threads,
+                                               Xb[:2000])
+        except Exception as exc:  # noqa: BLE001 - the table says why a row has no export
+            print(f"| {name} | not exported: {type(exc).__name__}: {str(exc)[:80]} "
+                  "| | | | | | | | |", flush=True)
+            continue
+        inputs = {"export": Xb.astype(dtype), "peer": Xb}
+        res = compare({"export": ours, "peer": peer}, inputs, args.repeat, args.one_row_calls)
+        print(row(f"{name} `{method}`", res, "export", "peer",
+                  max_diff(ours(inputs["export"]), want), max_diff(peer(Xb), want), took),
+              flush=True)
+
+
+def main(argv=None) -> None:
+    import onnxruntime as ort
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sections", default="trees,pipelines")
+    p.add_argument("--train-rows", type=int, default=20_000)
+    p.add_argument("--rows", type=int, default=100_000)
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--models", default="xgboost,lightgbm,rf")
+    p.add_argument("--repeat", type=int, default=5)
+    p.add_argument("--one-row-calls", type=int, default=300)
+    p.add_argument("--input-dtype", default="float64", choices=["float64", "float32", "auto"])
+    args = p.parse_args(argv)
+    load = os.getloadavg()[0]
+    print(f"CPU: {cpu()}; onnxruntime {ort.__version__}; {args.threads} intra-op threads; "
+          f"export input {args.input_dtype}; batch {args.rows} rows; best of {args.repeat}; "
+          f"load average at start {load:.1f}")
+    for section in args.sections.split(","):
+        {"trees": bench_trees, "pipelines": bench_pipelines}[section](args)
+    print(f"\nload average at end {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":

@@ -345,3 +345,97 @@ def test_categorical_splits(tmp_path):
     Xh[~np.isfinite(Xh)] = np.nan
     Xh[:, [0, 2]] = np.where(Xh[:, [0, 2]] < 0, np.nan, np.floor(Xh[:, [0, 2]]))
     _check(hgb, Xh, tmp_path, sample=Xh)
+
+
+# ------------------------------------------------- vector leaves in one traversal --
+def test_vector_forest_one_traversal_labels_exact_on_ties(tmp_path):
+    """A random forest classifier is one opset-3 TreeEnsembleRegressor (every class per leaf;
+    float32 out, double sums): probabilities within half a float32 ulp of scikit-learn's, and
+    the labels equal scikit-learn's also on rows where classes tie exactly (fully grown trees,
+    pure leaves: many exact ties) and where float32 rounding ties them (the repair)."""
+    X, y = _cls(k=3)
+    m = RandomForestClassifier(20, random_state=0).fit(X, y)  # pure leaves: exact ties
+    Xt = _rows(3000)
+    p = m.predict_proba(Xt)
+    top2 = np.sort(p, axis=1)[:, -2:]
+    assert (top2[:, 0] == top2[:, 1]).sum() > 50  # the rows the repair must get right
+    compiled = peregrine.compile(m, backend="reference")
+    path = tmp_path / "m.onnx"
+    compiled.export_onnx(path)
+    model = onnx.load(str(path))
+    ops = {n.op_type for n in model.graph.node}
+    assert "TreeEnsembleRegressor" in ops and "TreeEnsemble" not in ops
+    assert {(o.domain, o.version) for o in model.opset_import} == {("", 21), ("ai.onnx.ml", 3)}
+    out = _run(path, Xt)
+    np.testing.assert_array_equal(out["label"], m.predict(Xt))
+    np.testing.assert_allclose(out["probabilities"], p, rtol=6e-8, atol=0)
+
+    # near ties below float32's resolution: two leaves 1e-9 apart, one tree
+    from peregrine.export import onnx_vector_trees as vt
+
+    Xs = np.asarray([[0.0], [1.0]])
+    tree = DecisionTreeClassifier(max_depth=1).fit(Xs, [0, 1])
+    compiled = peregrine.compile(tree, backend="reference")
+    forest = compiled.spec.graph.node("tree_ensemble_1").attrs.forest
+    forest.value[forest.feature < 0] = [[0.5 + 1e-9, 0.5 - 1e-9], [0.5 - 1e-9, 0.5 + 1e-9]]
+    assert vt.vector_eligible(forest)
+    out = _run(_export(compiled, tmp_path / "t.onnx"), Xs)
+    np.testing.assert_array_equal(out["label"], [0, 1])  # float32 ties both rows at 0.5
+    np.testing.assert_array_equal(out["probabilities"], np.float32(0.5))
+
+
+def _export(compiled, path):
+    compiled.export_onnx(path)
+    return path
+
+
+def test_vector_forest_not_taken_where_rounding_could_decide(tmp_path):
+    """A forest whose probabilities feed another model (stacking) keeps opset 5's exact
+    per-class copies: a float32-rounded probability must not reach a split."""
+    from sklearn.ensemble import StackingClassifier
+
+    X, y = _cls(k=2)
+    m = StackingClassifier([("rf", RandomForestClassifier(5, max_depth=4, random_state=0))],
+                           final_estimator=DecisionTreeClassifier(max_depth=3)).fit(X, y)
+    compiled = peregrine.compile(m, backend="reference")
+    compiled.export_onnx(tmp_path / "m.onnx")
+    model = onnx.load(str(tmp_path / "m.onnx"))
+    assert "TreeEnsembleRegressor" not in {n.op_type for n in model.graph.node}
+    out = _run(tmp_path / "m.onnx", _rows())
+    np.testing.assert_array_equal(out["label"], m.predict(_rows()))
+
+
+# ----------------------------------------------------------------- float32 input --
+def test_float32_input(tmp_path):
+    """input_dtype="auto" declares float32 where the model reads its input only through
+    float32-comparing trees (XGBoost, scikit-learn), float64 elsewhere; "float32" forces it.
+    The file then matches the source scored on float32 arrays (bit for bit for XGBoost's
+    margins), validated on export like every file."""
+    xgb = pytest.importorskip("xgboost")
+    X, y = _cls(k=3)
+    X32 = X.astype(np.float32)
+    Xt = _rows(2000).astype(np.float32)
+    for m in (xgb.XGBClassifier(n_estimators=30, max_depth=4).fit(X32, y),
+              RandomForestClassifier(10, max_depth=6, random_state=0).fit(X32, y),
+              GradientBoostingClassifier(n_estimators=10, random_state=0).fit(X32, y)):
+        compiled = peregrine.compile(m, backend="reference")
+        report = compiled.export_onnx(tmp_path / "m.onnx", input_dtype="auto")
+        assert report.inputs == {"X": ("float32", ["N", 6])}
+        sess = session(str(tmp_path / "m.onnx"))
+        rows = Xt if not isinstance(m, GradientBoostingClassifier) else np.nan_to_num(Xt)
+        label, proba = sess.run(["label", "probabilities"], {"X": rows})
+        np.testing.assert_array_equal(label, m.predict(rows))
+        np.testing.assert_allclose(proba, m.predict_proba(rows), rtol=RTOL, atol=ATOL)
+        if isinstance(m, xgb.XGBClassifier):
+            assert proba.dtype == np.float32
+    pipe = make_pipeline(StandardScaler(), LogisticRegression()).fit(X, y)
+    compiled = peregrine.compile(pipe, backend="reference")
+    assert compiled.export_onnx(tmp_path / "p.onnx", input_dtype="auto").inputs["X"][0] \
+        == "float64"  # a scaler before: float32 arithmetic in the source, not exact here
+    report = compiled.export_onnx(tmp_path / "p.onnx", input_dtype="float32")
+    assert report.inputs["X"][0] == "float32"
+    Xf = np.nan_to_num(Xt)
+    (proba,) = session(str(tmp_path / "p.onnx")).run(["probabilities"], {"X": Xf})
+    np.testing.assert_allclose(proba, pipe.predict_proba(Xf), rtol=RTOL, atol=ATOL)
+    with pytest.raises(ValueError, match="input_dtype"):
+        compiled.export_onnx(tmp_path / "p.onnx", input_dtype="float16")

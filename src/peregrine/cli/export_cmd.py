@@ -16,7 +16,8 @@ Export a model for a runtime outside Peregrine. MODEL is a compiled Peregrine ar
 ('peregrine compile') or a fitted model file 'compile' accepts (XGBoost JSON/UBJSON, LightGBM
 text, CatBoost, ONNX, a scikit-learn pickle with --allow-pickle).
 
-  --format onnx            -o model.onnx: an ONNX model (input X, float64, dynamic batch axis;
+  --format onnx            -o model.onnx: an ONNX model (input X, float64 or --input-dtype,
+                           dynamic batch axis;
                            classifiers output 'label' and 'probabilities', others 'variable')
   --format triton          -o DIR: a Triton model repository, DIR/NAME/config.pbtxt and
                            DIR/NAME/1/model.onnx, dynamic batching configured
@@ -51,6 +52,9 @@ def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
     p.add_argument("--ml-ops", choices=("auto", "always", "never"), default="auto",
                    help="use ai.onnx.ml operators (TreeEnsemble) where they apply "
                    "(default: auto)")
+    p.add_argument("--input-dtype", choices=("float64", "float32", "auto"), default="float64",
+                   help="the ONNX input's dtype: float64 (default), float32, or auto (float32 "
+                   "where the model reads its input only through float32-comparing trees)")
     p.add_argument("--target", default="x86_64-linux-gnu", metavar="TRIPLE",
                    help="shared-library platform: x86_64-linux-gnu (default) or "
                    "aarch64-linux-gnu")
@@ -80,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError("--format triton batches dynamically; leave --batch out")
     compiled = _compiled(args)
     sample = _sample(args, compiled) if args.sample else None
-    options = {"opset": args.opset, "ml_ops": args.ml_ops}
+    options = {"opset": args.opset, "ml_ops": args.ml_ops, "input_dtype": args.input_dtype}
     start = time.perf_counter()
     with spinner(f"exporting {os.path.basename(args.model)}"):
         if args.format == "onnx":

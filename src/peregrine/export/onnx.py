@@ -64,7 +64,8 @@ def exported_methods(spec: Any, methods: Any = None) -> list[str]:
 
 
 def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic",
-               ml_ops: str = "auto", methods: Any = None) -> tuple[Any, dict[str, str]]:
+               ml_ops: str = "auto", methods: Any = None, input_dtype: str = "float64"
+               ) -> tuple[Any, dict[str, str]]:
     """The ONNX ModelProto of ``compiled``'s program and {method: output name}."""
     onnx, _ = _require()
     from onnx import TensorProto, helper
@@ -100,12 +101,23 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     e = Emitter(spec.source, ml_ops)
     graph = spec.graph
     wanted = [spec.methods[m].output for m in chosen]
+    steps = graph.steps(graph.outputs[w] for w in wanted)
+    if input_dtype == "auto":
+        input_dtype = "float32" if float32_exact(graph, steps) else "float64"
+    if input_dtype not in ("float64", "float32"):
+        raise ValueError(f"input_dtype={input_dtype!r}: use 'float64', 'float32' or 'auto'")
+    x_elem = TensorProto.FLOAT if input_dtype == "float32" else TensorProto.DOUBLE
     names: dict[str, str] = {}
     for node in graph.toposort():
         if node.op is Op.INPUT:
+            # a float32 input is widened once (exact); the program then runs on the
+            # rule's float64 path, and a forest comparing in float32 rounds it back (exact)
             names[node.name] = INPUT_NAME
-            e.widths[INPUT_NAME] = spec.n_features
-    steps = graph.steps(graph.outputs[w] for w in wanted)
+            if x_elem == TensorProto.FLOAT:
+                names[node.name] = e.op("Cast", [INPUT_NAME], to=TensorProto.DOUBLE)
+                e.narrow[names[node.name]] = INPUT_NAME
+                e.dtypes[INPUT_NAME] = TensorProto.FLOAT
+            e.widths[names[node.name]] = spec.n_features
     if ml_ops != "never":
         e.tree_plan, e.ml_opset = plan_forests(steps)
     for node in steps:
@@ -140,13 +152,13 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
             shape = [rows] if ms.squeeze else [rows, width]
             if ms.squeeze:
                 x = e.op("Reshape", [x, e.const(np.asarray([-1], np.int64))])
-            dtype = "float64" if ms.dtype == "input" else ms.dtype
+            # "input": the source returns the input's float dtype
+            dtype = (input_dtype if ms.dtype == "input" else ms.dtype)
             elem = _elem_type(np.dtype(dtype))
             e.nodes.append(helper.make_node("Cast", [x], [name], name=name, to=elem))
         outputs.append(helper.make_tensor_value_info(name, elem, shape))
 
-    inputs = [helper.make_tensor_value_info(INPUT_NAME, TensorProto.DOUBLE,
-                                            [rows, spec.n_features])]
+    inputs = [helper.make_tensor_value_info(INPUT_NAME, x_elem, [rows, spec.n_features])]
     g = helper.make_graph(e.nodes, "peregrine", inputs, outputs, e.initializers)
     opsets = [helper.make_opsetid("", opset)]
     if any(n.domain == "ai.onnx.ml" for n in e.nodes):
@@ -159,6 +171,35 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     model.doc_string = f"{spec.source}, exported by Peregrine {__version__}"
     onnx.checker.check_model(model, full_check=True)
     return model, taken
+
+
+# ops between the input and a float32-comparing forest that keep a float32 value float32
+# (a float32 input then decides every split as the source does on that input)
+_VALUE_PRESERVING = {Op.SELECT, Op.CONCAT}
+
+
+def float32_exact(graph: Any, steps: list[Any]) -> bool:
+    """Whether the program reads its input only through forests that compare in float32
+    (XGBoost, scikit-learn trees; ``Forest.input_dtype``), possibly after column selections:
+    then a float32 input loses nothing, and ``input_dtype="auto"`` declares one."""
+    by_input: dict[str, list[Any]] = {}
+    for n in steps:
+        for i in n.inputs:
+            by_input.setdefault(i, []).append(n)
+    starts = [n.name for n in graph.toposort() if n.op is Op.INPUT]
+    seen, todo, forests = set(), list(starts), 0
+    while todo:
+        name = todo.pop()
+        for c in by_input.get(name, []):
+            if c.op is Op.TREE_ENSEMBLE and c.attrs.forest.input_dtype == np.float32:
+                forests += 1
+            elif c.op in _VALUE_PRESERVING:
+                if c.name not in seen:
+                    seen.add(c.name)
+                    todo.append(c.name)
+            else:
+                return False
+    return forests > 0
 
 
 def _elem_type(dtype: np.dtype) -> int:
@@ -223,10 +264,15 @@ def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = Non
              ) -> tuple[int, dict[str, dict[str, float]]]:
     """Run ``model`` in ONNX Runtime and ``compiled`` on the same rows; raise ValidationError
     where they differ beyond rtol 1e-5 / atol 1e-6 or a label differs."""
+    from onnx import TensorProto
+
     X = validation_rows(compiled) if rows is None else np.asarray(rows, dtype=np.float64)
     X = np.ascontiguousarray(X.reshape(-1, compiled.spec.n_features))
     if rows is None and compiled.spec.input_checks:
         X = _accepted_rows(compiled, X)
+    if model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT:
+        with np.errstate(over="ignore"):  # the rows a float32 caller can pass
+            X = X.astype(np.float32)
     expected: dict[str, np.ndarray] = {}
     for m in methods:
         expected[m] = _expected(compiled, m, X)
@@ -281,12 +327,16 @@ def _expected(compiled: Any, method: str, X: np.ndarray) -> np.ndarray:
 
 def export_onnx(compiled: Any, path: str | os.PathLike, *, opset: int | None = None,
                 batch: Any = "dynamic", ml_ops: str = "auto", methods: Any = None,
-                sample: Any = None, validate_rows: bool = True) -> ExportReport:
+                sample: Any = None, validate_rows: bool = True,
+                input_dtype: str = "float64") -> ExportReport:
     """Write ``compiled``'s program as an ONNX model at ``path`` after checking it
-    (``onnx.checker``) and validating it in ONNX Runtime on ``sample`` (or generated rows)."""
+    (``onnx.checker``) and validating it in ONNX Runtime on ``sample`` (or generated rows).
+    ``input_dtype``: "float64" (the default: exact for every source), "float32" (the file
+    takes float32 and reproduces the compiled model on float32 arrays) or "auto" (float32
+    where the program reads its input only through float32-comparing forests)."""
     onnx, _ = _require()
     model, taken = build_onnx(compiled, opset=opset, batch=batch, ml_ops=ml_ops,
-                              methods=methods)
+                              methods=methods, input_dtype=input_dtype)
     n_rows, deviations = 0, {}
     if validate_rows:
         n_rows, deviations = validate(compiled, model, taken, sample)

@@ -40,6 +40,7 @@ class Emitter:
         self.dtypes: dict[str, int] = {}  # tensor name -> ONNX elem type, where known
         self.widths: dict[str, int | None] = {}  # tensor name -> columns, for IR node outputs
         # how each forest is written (onnx_trees.plan_forests) and the ai.onnx.ml opset
+        self.narrow: dict[str, str] = {}  # a double tensor widened from float32 -> the float32
         self.tree_plan: dict[str, str] = {}
         self.ml_opset = 5
         # tensor -> how to recompute its exact values on some rows (a rows-index tensor in,

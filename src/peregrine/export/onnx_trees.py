@@ -143,7 +143,9 @@ def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
     dt = np.dtype(np.float32) if forest.input_dtype == np.float32 else np.dtype(np.float64)
     thresholds = forest.thresholds_for(dt)
     if dt == np.float32:
-        x, width_in = e.op("Cast", [x], to=TensorProto.FLOAT), e.widths.get(x)
+        # a float32 input widened on entry is read as it came (the same values, one Cast less)
+        width_in = e.widths.get(x)
+        x = e.narrow.get(x) or e.op("Cast", [x], to=TensorProto.FLOAT)
         e.dtypes[x], e.widths[x] = TensorProto.FLOAT, width_in
         if forest.has_categorical:
             x = _categorical_codes(e, n, forest, x, np.float32)
