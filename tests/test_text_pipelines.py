@@ -136,6 +136,13 @@ VECTORIZERS = {
     "tfidf-l1-sublinear": lambda: TfidfVectorizer(norm="l1", sublinear_tf=True,
                                                   smooth_idf=False),
     "tfidf-noidf-nonorm": lambda: TfidfVectorizer(use_idf=False, norm=None, binary=True),
+    "hashing": lambda: HashingVectorizer(n_features=64),
+    "hashing-bigram-stop": lambda: HashingVectorizer(n_features=2 ** 20, ngram_range=(1, 3),
+                                                     stop_words=["ok"], norm="l1"),
+    "hashing-unsigned-binary": lambda: HashingVectorizer(n_features=7, alternate_sign=False,
+                                                         binary=True, norm=None,
+                                                         token_pattern=r"\S+"),
+    "hashing-counts": lambda: HashingVectorizer(n_features=50, norm=None, lowercase=False),
 }
 
 
@@ -173,6 +180,25 @@ def test_count_tfidf_transformer_regression(backend):
     pipe = make_pipeline(CountVectorizer(stop_words=["ok"]), TfidfTransformer(sublinear_tf=True),
                          LinearRegression()).fit(TRAIN, Y * 1.5)
     assert_same(pipe, _compile(pipe, backend), TEST)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hashing_pipeline(backend):
+    pipe = make_pipeline(HashingVectorizer(n_features=2 ** 12, ngram_range=(1, 2), norm=None),
+                         TfidfTransformer(), LogisticRegression()).fit(TRAIN, Y)
+    assert_same(pipe, _compile(pipe, backend), TEST)
+
+
+def test_murmurhash_is_sklearns():
+    from sklearn.utils import murmurhash3_32
+
+    from peregrine.runtime.text_hash import murmur3_32
+
+    words = ["", "a", "ab", "abc", "abcd", "abcde", "東京", "😀x", "İi̇", "hello world foo bar"]
+    data = b"".join(w.encode("utf-8") for w in words)
+    lens = np.array([len(w.encode("utf-8")) for w in words])
+    got = murmur3_32(np.frombuffer(data, np.uint8), np.cumsum(lens) - lens, lens)
+    assert got.tolist() == [murmurhash3_32(w, seed=0) for w in words]
 
 
 def test_binary_logistic_on_counts():

@@ -85,11 +85,17 @@ def text_spec(vec: Any, tfidf: Any = None) -> TextSpec:
               "ngram_range": (int(vec.ngram_range[0]), int(vec.ngram_range[1])),
               "stop_words": _stop_words(vec), "binary": bool(vec.binary)}
     if isinstance(vec, HashingVectorizer):
-        if tfidf is not None:
-            raise unsupported(tfidf, "a TfidfTransformer after a HashingVectorizer")
-        return TextSpec(vocabulary=(), n_features=int(vec.n_features), hashing=True,
-                        alternate_sign=bool(vec.alternate_sign), norm=vec.norm or "",
-                        dtype=_dtype(vec, ("float64", "float32")), **common)
+        hashing = {"vocabulary": (), "n_features": int(vec.n_features), "hashing": True,
+                   "alternate_sign": bool(vec.alternate_sign)}
+        if tfidf is None:
+            return TextSpec(norm=vec.norm or "", dtype=_dtype(vec, ("float64", "float32")),
+                            **hashing, **common)
+        if vec.norm is not None:  # two row normalisations in a row: not reproduced
+            raise unsupported(vec, f"norm={vec.norm!r} before a TfidfTransformer", "None")
+        _dtype(vec, ("float64",))
+        return TextSpec(idf=_idf(tfidf, int(vec.n_features)), norm=tfidf.norm or "",
+                        sublinear_tf=bool(tfidf.sublinear_tf), dtype="float64", **hashing,
+                        **common)
     require_fitted(vec, "vocabulary_")
     vocab = vec.vocabulary_
     terms = [""] * len(vocab)
@@ -101,17 +107,22 @@ def text_spec(vec: Any, tfidf: Any = None) -> TextSpec:
     if weights is None:
         return TextSpec(vocabulary=tuple(terms), n_features=len(terms),
                         dtype=_dtype(vec, ("int64", "int32", "float64")), **common)
-    if weights is tfidf:
-        require_fitted(tfidf, "n_features_in_")
-        if int(tfidf.n_features_in_) != len(terms):
-            raise unsupported(tfidf, f"{tfidf.n_features_in_} features after a vocabulary of "
-                              f"{len(terms)}")
-    else:
+    if weights is not tfidf:
         _dtype(vec, ("float64",))  # float32 TF-IDF rounds each step in float32: not reproduced
-    idf = np.asarray(weights.idf_, dtype=np.float64) if weights.use_idf else None
+    idf = _idf(weights, len(terms))
     return TextSpec(vocabulary=tuple(terms), n_features=len(terms), idf=idf,
                     norm=weights.norm or "", sublinear_tf=bool(weights.sublinear_tf),
                     dtype="float64", **common)
+
+
+def _idf(weights: Any, n_features: int) -> np.ndarray | None:
+    """TfidfTransformer's (or TfidfVectorizer's) idf_, None without use_idf."""
+    require_fitted(weights, "n_features_in_" if isinstance(weights, TfidfTransformer)
+                   else "vocabulary_")
+    if int(getattr(weights, "n_features_in_", n_features)) != n_features:
+        raise unsupported(weights, f"{weights.n_features_in_} features after a vectorizer of "
+                          f"{n_features}")
+    return np.asarray(weights.idf_, dtype=np.float64) if weights.use_idf else None
 
 
 # --------------------------------------------------------------------- conversion --
