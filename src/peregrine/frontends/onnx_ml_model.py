@@ -35,6 +35,7 @@ def _input_width(info: onnx.ValueInfoProto) -> tuple[int, str]:
 @register_frontend(
     ModelProto, library="onnx", methods=("predict", "predict_proba"),
     notes="ONNX-ML graphs (skl2onnx, onnxmltools): TreeEnsembleClassifier/Regressor, "
+    "TreeEnsemble (ai.onnx.ml 5), "
     "LinearClassifier/Regressor, Scaler, Normalizer, Imputer, Binarizer, ZipMap, "
     "ArrayFeatureExtractor, FeatureVectorizer, Cast, Concat, MatMul, Gemm, Add, Sigmoid, "
     "Softmax, ArgMax, Reshape, Identity; as ONNX Runtime answers on the same file",

@@ -247,3 +247,111 @@ def convert_tree_classifier(node, a, ctx: Ctx) -> None:
         raise refuse(node, f"class ids {sorted(used)} for {len(labels)} labels")
     set_out(ctx, node, Value(label, 1, "int64", labels=labels), 0)
     set_out(ctx, node, Value(proba, g.width(proba), "float32"), 1)
+
+
+# ai.onnx.ml opset 5 ``TreeEnsemble``: integer enums in place of strings, interior nodes and
+# leaves in separate arrays (a child is a leaf index where ``nodes_trueleafs`` /
+# ``nodes_falseleafs`` say so), one (target, weight) per leaf, roots in ``tree_roots``, no base
+# values (onnx/defs/traditionalml/defs.cc; ONNX Runtime runs it with the same tree_ensemble
+# code as the opset-3 ops, so it is read into their attributes and built the same way)
+V5_MODES = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ",
+            "BRANCH_MEMBER")
+V5_AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")
+# post_transform as ONNX Runtime reads it (its POST_EVAL_TRANSFORM enum: 1 LOGISTIC, 2 SOFTMAX;
+# measured on onnxruntime 1.32), which swaps 1 and 2 against the ONNX spec's text ("SOFTMAX (1),
+# LOGISTIC (2)"); Peregrine answers as ONNX Runtime does on the same file
+V5_POSTS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
+
+
+def _v5_as_v3(node, a: dict) -> dict:
+    """The opset-3 attributes of the same trees, tree-local node ids in depth-first order."""
+    def arr(key, dtype=np.int64):
+        return np.asarray(a.get(key, []), dtype).reshape(-1)
+
+    splits = np.asarray(a["nodes_splits"]).reshape(-1)
+    weights = np.asarray(a["leaf_weights"]).reshape(-1)
+    modes = arr("nodes_modes")
+    feats, true_ids, false_ids = arr("nodes_featureids"), arr("nodes_truenodeids"), \
+        arr("nodes_falsenodeids")
+    true_leaf, false_leaf = arr("nodes_trueleafs"), arr("nodes_falseleafs")
+    tracks = arr("nodes_missing_value_tracks_true") if "nodes_missing_value_tracks_true" in a \
+        else np.zeros(len(modes), np.int64)
+    targets = arr("leaf_targetids")
+    n = len(modes)
+    if not (len(splits) == len(feats) == len(true_ids) == len(false_ids) == len(true_leaf)
+            == len(false_leaf) == len(tracks) == n) or len(targets) != len(weights):
+        raise refuse(node, "node or leaf arrays of different lengths")
+    for m in set(modes.tolist()):
+        if not 0 <= m < len(V5_MODES):
+            raise refuse(node, f"node mode {m}")
+    out: dict[str, list] = defaultdict(list)
+    for t, root in enumerate(arr("tree_roots")):
+        counter = [0]
+
+        def visit(index: int, leaf: bool, depth: int) -> int:
+            nid = counter[0]
+            counter[0] += 1
+            if depth > 4096 or not 0 <= index < (len(weights) if leaf else n):
+                raise refuse(node, f"tree {t}: a child index {index} out of range or a cycle")
+            out["nodes_treeids"].append(t)
+            out["nodes_nodeids"].append(nid)
+            if leaf:
+                for key, v in (("nodes_featureids", 0), ("nodes_values", 0.0),
+                               ("nodes_modes", "LEAF"), ("nodes_truenodeids", 0),
+                               ("nodes_falsenodeids", 0), ("nodes_missing_value_tracks_true", 0)):
+                    out[key].append(v)
+                out["target_treeids"].append(t)
+                out["target_nodeids"].append(nid)
+                out["target_ids"].append(int(targets[index]))
+                out["target_weights"].append(weights[index])
+                return nid
+            row = len(out["nodes_modes"])
+            for key, v in (("nodes_featureids", int(feats[index])),
+                           ("nodes_values", splits[index]),
+                           ("nodes_modes", V5_MODES[int(modes[index])]),
+                           ("nodes_truenodeids", 0), ("nodes_falsenodeids", 0),
+                           ("nodes_missing_value_tracks_true", int(tracks[index]))):
+                out[key].append(v)
+            out["nodes_truenodeids"][row] = visit(int(true_ids[index]), bool(true_leaf[index]),
+                                                  depth + 1)
+            out["nodes_falsenodeids"][row] = visit(int(false_ids[index]),
+                                                   bool(false_leaf[index]), depth + 1)
+            return nid
+
+        visit(int(root), False, 0)
+    v3 = dict(out)
+    # the split and weight types stay as given: double splits compare in double
+    if splits.dtype == np.float64:
+        v3["nodes_values_as_tensor"] = np.asarray(v3.pop("nodes_values"), np.float64)
+        v3["target_weights_as_tensor"] = np.asarray(v3.pop("target_weights"), np.float64)
+    elif splits.dtype != np.float32:
+        raise refuse(node, f"{splits.dtype} splits")
+    agg, post = int(a.get("aggregate_function", 1)), int(a.get("post_transform", 0))
+    if not (0 <= agg < len(V5_AGGREGATES) and 0 <= post < len(V5_POSTS)):
+        raise refuse(node, f"aggregate_function {agg} / post_transform {post}")
+    v3["aggregate_function"] = V5_AGGREGATES[agg]
+    v3["post_transform"] = V5_POSTS[post]
+    v3["n_targets"] = int(a.get("n_targets", 1))
+    return v3
+
+
+@handles(ML, "TreeEnsemble")
+def convert_tree_ensemble(node, a, ctx: Ctx) -> None:
+    if "BRANCH_MEMBER" in {V5_MODES[m] for m in np.asarray(a.get("nodes_modes", []))
+                           .reshape(-1).tolist() if 0 <= m < len(V5_MODES)}:
+        raise refuse(node, "node mode BRANCH_MEMBER (set membership)")
+    v3 = _v5_as_v3(node, a)
+    x = ctx.computed(node.input[0])
+    width = v3["n_targets"]
+    forest, base = build_forest(node, v3, width, "target", x.width, x.dtype)
+    out = _ensemble(ctx, x, forest, base, width)
+    post = v3["post_transform"]
+    if post == "LOGISTIC":
+        out = ctx.g.add(Op.LINK, (out,), width=width, kind=Link.SIGMOID)
+    elif post == "SOFTMAX":
+        out = ctx.g.add(Op.LINK, (out,), width=width, kind=Link.SOFTMAX)
+    elif post != "NONE":
+        raise refuse(node, f"post_transform {post!r}")
+    # the output has the input's type (T): float32 splits with float32 input
+    set_out(ctx, node, Value(out, width, "float64" if forest.sum_dtype == np.float64
+                             else "float32"))
