@@ -285,40 +285,39 @@ def _v5_as_v3(node, a: dict) -> dict:
         if not 0 <= m < len(V5_MODES):
             raise refuse(node, f"node mode {m}")
     out: dict[str, list] = defaultdict(list)
-    for t, root in enumerate(arr("tree_roots")):
-        counter = [0]
 
-        def visit(index: int, leaf: bool, depth: int) -> int:
-            nid = counter[0]
-            counter[0] += 1
-            if depth > 4096 or not 0 <= index < (len(weights) if leaf else n):
-                raise refuse(node, f"tree {t}: a child index {index} out of range or a cycle")
-            out["nodes_treeids"].append(t)
-            out["nodes_nodeids"].append(nid)
-            if leaf:
-                for key, v in (("nodes_featureids", 0), ("nodes_values", 0.0),
-                               ("nodes_modes", "LEAF"), ("nodes_truenodeids", 0),
-                               ("nodes_falsenodeids", 0), ("nodes_missing_value_tracks_true", 0)):
-                    out[key].append(v)
-                out["target_treeids"].append(t)
-                out["target_nodeids"].append(nid)
-                out["target_ids"].append(int(targets[index]))
-                out["target_weights"].append(weights[index])
-                return nid
-            row = len(out["nodes_modes"])
-            for key, v in (("nodes_featureids", int(feats[index])),
-                           ("nodes_values", splits[index]),
-                           ("nodes_modes", V5_MODES[int(modes[index])]),
-                           ("nodes_truenodeids", 0), ("nodes_falsenodeids", 0),
-                           ("nodes_missing_value_tracks_true", int(tracks[index]))):
+    def visit(t: int, first: int, index: int, leaf: bool, depth: int) -> int:
+        """Rows for the subtree at ``index`` of tree t (whose rows start at ``first``); its
+        root's tree-local node id."""
+        nid = len(out["nodes_treeids"]) - first
+        if depth > 4096 or not 0 <= index < (len(weights) if leaf else n):
+            raise refuse(node, f"tree {t}: a child index {index} out of range or a cycle")
+        out["nodes_treeids"].append(t)
+        out["nodes_nodeids"].append(nid)
+        if leaf:
+            for key, v in (("nodes_featureids", 0), ("nodes_values", 0.0),
+                           ("nodes_modes", "LEAF"), ("nodes_truenodeids", 0),
+                           ("nodes_falsenodeids", 0), ("nodes_missing_value_tracks_true", 0)):
                 out[key].append(v)
-            out["nodes_truenodeids"][row] = visit(int(true_ids[index]), bool(true_leaf[index]),
-                                                  depth + 1)
-            out["nodes_falsenodeids"][row] = visit(int(false_ids[index]),
-                                                   bool(false_leaf[index]), depth + 1)
+            out["target_treeids"].append(t)
+            out["target_nodeids"].append(nid)
+            out["target_ids"].append(int(targets[index]))
+            out["target_weights"].append(weights[index])
             return nid
+        row = len(out["nodes_modes"])
+        for key, v in (("nodes_featureids", int(feats[index])), ("nodes_values", splits[index]),
+                       ("nodes_modes", V5_MODES[int(modes[index])]), ("nodes_truenodeids", 0),
+                       ("nodes_falsenodeids", 0),
+                       ("nodes_missing_value_tracks_true", int(tracks[index]))):
+            out[key].append(v)
+        out["nodes_truenodeids"][row] = visit(t, first, int(true_ids[index]),
+                                              bool(true_leaf[index]), depth + 1)
+        out["nodes_falsenodeids"][row] = visit(t, first, int(false_ids[index]),
+                                               bool(false_leaf[index]), depth + 1)
+        return nid
 
-        visit(int(root), False, 0)
+    for t, root in enumerate(arr("tree_roots")):
+        visit(t, len(out["nodes_treeids"]), int(root), False, 0)
     v3 = dict(out)
     # the split and weight types stay as given: double splits compare in double
     if splits.dtype == np.float64:
