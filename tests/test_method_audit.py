@@ -26,6 +26,9 @@ YR = X @ np.array([1.0, -0.5, 0.25, 2.0]) + 1.0  # positive: Gamma/Poisson accep
 Y2 = np.column_stack([Y, X[:, 3] > 0.5]).astype(int)
 Y2B = np.column_stack([Y > 0, X[:, 3] > 0.5]).astype(int)  # binary outputs (ClassifierChain)
 YR2 = np.column_stack([YR, X[:, 0]])
+# documents for the text vectorizers (tests/test_text_pipelines.py has the Unicode matrix)
+TEXT = np.array(["déjà vu 東京 ok", "the quick brown fox", "İstanbul ΣΑΣ emoji 😀 ok ok", "",
+                 "a_b 123 fox fox"] * 4, dtype=object)
 XNAN = X.copy()
 XNAN[::7, 1] = np.nan
 
@@ -227,6 +230,8 @@ class _OnnxSource:
 
 # (class name, module top) -> factories; classes not listed use _default only
 FACTORIES: dict[tuple[str, str], list[Callable[[], Any]]] = {
+    **{(k, "sklearn"): [lambda k=k: _sk(k)().fit(TEXT)]
+       for k in ("CountVectorizer", "TfidfVectorizer", "HashingVectorizer")},
     ("CategoricalNB", "sklearn"): [lambda: _sk("CategoricalNB")().fit((X * 3).astype(int), Y)],
     ("MissingIndicator", "sklearn"): [lambda: _sk("MissingIndicator")().fit(XNAN)],
     ("SimpleImputer", "sklearn"): [lambda: _sk("SimpleImputer")().fit(XNAN)],
@@ -314,6 +319,9 @@ def _factories(cls: type) -> list[Callable[[], Any]]:
 
 
 def _same(got: np.ndarray, want: np.ndarray, where: str) -> None:
+    if hasattr(want, "toarray"):  # scipy.sparse: the same class, then the values
+        assert type(got) is type(want), f"{where}: {type(got)} != {type(want)}"
+        got, want = got.toarray(), want.toarray()
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape, f"{where}: shape {got.shape} != {want.shape}"
     if want.dtype.kind in "fc":
@@ -323,6 +331,8 @@ def _same(got: np.ndarray, want: np.ndarray, where: str) -> None:
 
 
 def _rows(model: Any) -> np.ndarray:
+    if type(model).__name__.endswith("Vectorizer"):
+        return TEXT
     if type(model).__name__ == "CategoricalNB":
         return (X * 3).astype(int).astype(np.float64)
     if type(model).__module__.startswith("skorch"):

@@ -24,6 +24,7 @@ from peregrine.ir.spec import METHOD_NAMES
 from tests.test_method_audit import (
     CLASSES,
     KWARGS,
+    TEXT,
     XNAN,
     Y2,
     Y2B,
@@ -116,6 +117,7 @@ CLASS_DATA: dict[str, tuple[np.ndarray, Any]] = {
     "ClassifierChain": (X, Y2B), "MultiOutputRegressor": (X, YR2), "RegressorChain": (X, YR2),
     "OneHotEncoder": (XI, None), "OrdinalEncoder": (XI, None), "TargetEncoder": (XI, None),
     "PLSRegression": (X, YR2), "PLSCanonical": (X, YR2), "CCA": (X, YR2), "PLSSVD": (X, YR2),
+    **{k: (TEXT, None) for k in ("CountVectorizer", "TfidfVectorizer", "HashingVectorizer")},
 }
 BASE: dict[str, dict[str, Any]] = {
     "NuSVC": {"nu": 0.1},
@@ -143,8 +145,36 @@ _LINEAR_ONLY = {_FIT: [V(False)]}
 _MLP = {"activation": [V("logistic"), V("tanh"), V("identity")]}
 _IMPUTE_COMMON = {"missing_values": [V(0.0, data="zeros")], "add_indicator": [V(True)],
                   "keep_empty_features": [V(True, data="empty")]}
+
+
+def _text_params(name: str) -> dict[str, list[V] | str]:
+    """The text vectorizers' parameters (tests/test_text_pipelines.py covers more values)."""
+    table: dict[str, list[V] | str] = {
+        "input": "'filename' and 'file' read files named by the documents at fit time; "
+                 "refused by sklearn_text._analyzer, tested there on content only",
+        "analyzer": [V("char", refused=True), V("char_wb", refused=True)],
+        "preprocessor": [V(str.upper, refused=True)],
+        "tokenizer": [V(str.split, {"token_pattern": None}, refused=True)],
+        "strip_accents": [V("unicode", refused=True), V("ascii", refused=True)],
+        "token_pattern": [V(r"(?u)\b\w+\b"), V(r"\S+"), V(r"[a-z]{3}", refused=True)],
+        "lowercase": [V(False)], "stop_words": [V(["ok", "fox"]), V("english")],
+        "ngram_range": [V((1, 2)), V((2, 3))], "binary": [V(True)],
+    }
+    if name == "CountVectorizer":
+        table["dtype"] = [V(np.float64), V(np.int32)]
+    if name == "TfidfVectorizer":
+        table.update(dtype=[V(np.float32, refused=True)], norm=[V("l1"), V(None)],
+                     use_idf=[V(False)], sublinear_tf=[V(True)])
+    if name == "HashingVectorizer":
+        table.update(dtype=[V(np.float32)], norm=[V("l1"), V(None)],
+                     alternate_sign=[V(False)], n_features=[V(16), V(2 ** 18)])
+    return table
+
+
 # a string instead of a list: why the parameter gets no non-default value here
 NON_DEFAULT: dict[str, dict[str, list[V] | str]] = {
+    **{k: _text_params(k) for k in ("CountVectorizer", "TfidfVectorizer",
+                                    "HashingVectorizer")},
     "GradientBoostingClassifier": {
         "init": [V("zero"), V(_sk("DummyClassifier")(strategy="prior"))],
         "learning_rate": [V(0.5)], "loss": [V("exponential", data="binary")]},
@@ -331,6 +361,8 @@ def _fit(cls: type, param: str, v: V) -> tuple[Any, np.ndarray]:
 def _rows(x: np.ndarray) -> list[np.ndarray]:
     """Rows to compare on: the fit rows with rows outside their range (clip, unknown
     categories, extrapolation), or the fit rows alone where the source refuses the others."""
+    if x.dtype == object:  # documents
+        return [x]
     wide = np.vstack([x, np.where(np.isnan(x), x, x * 1.5 - 0.2)[:20], np.floor(x[:5]) + 5])
     return [wide, x]
 

@@ -31,7 +31,7 @@ from sklearn.tree import DecisionTreeClassifier
 import peregrine
 from peregrine.errors import InputError, UnsupportedModelError
 from peregrine.ir.semantics.text import TOKEN_PATTERNS
-from peregrine.runtime.text import _class_table, _codes
+from peregrine.runtime.text_tokens import _class_table, _codes
 
 # accents, CJK, digits, underscores, Turkish dotted I (lower() lengthens it), final sigma,
 # emoji, German sharp s, combining marks, an empty document, one with no known token

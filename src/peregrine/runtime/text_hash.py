@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from peregrine.runtime.text import _ranges, _Tokens
+from peregrine.runtime.text_tokens import _ranges, _Tokens
 
 _C1, _C2 = np.uint32(0xCC9E2D51), np.uint32(0x1B873593)
 
