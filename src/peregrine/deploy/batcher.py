@@ -132,7 +132,10 @@ class Batcher:
         self._inflight = 0
         self._last_done = -1e9
         self._expect = 1  # requests the previous batch held: how many to wait for under load
-        self._row_seconds: dict[str, float] = {}  # per method: measured seconds per row
+        # per method: seconds per row of the last calls (their median predicts the next call:
+        # a call stretched by a preempted core does not send the next ones to a thread)
+        self._row_seconds: dict[str, collections.deque[float]] = {}
+        self._row_cost: dict[str, float] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scheduled = False  # a dispatch is queued on the loop already
         self._timer: asyncio.TimerHandle | None = None
@@ -218,7 +221,7 @@ class Batcher:
             batch = self._take()
             self._expect = len(batch)
             rows = sum(j.rows for j in batch)
-            cost = self._row_seconds.get(batch[0].method)
+            cost = self._row_cost.get(batch[0].method)
             if cost is not None and cost * rows <= self.inline_seconds:
                 self._run_inline(batch)
             else:
@@ -290,10 +293,11 @@ class Batcher:
         out = np.asarray(fn(data))
         seconds = time.perf_counter() - t0
         rows = int(data.shape[0])
-        per_row = seconds / rows
-        old = self._row_seconds.get(method)
-        # smoothed, so one slow call (a page fault, a busy core) does not flip the choice
-        self._row_seconds[method] = per_row if old is None else 0.8 * old + 0.2 * per_row
+        recent = self._row_seconds.get(method)
+        if recent is None:
+            recent = self._row_seconds[method] = collections.deque(maxlen=15)
+        recent.append(seconds / rows)
+        self._row_cost[method] = sorted(recent)[len(recent) // 2]
         self.stats.model_calls += 1
         self.stats.batches += 1
         self.stats.rows += rows

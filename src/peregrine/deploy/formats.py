@@ -33,6 +33,7 @@ NPY = "application/x-npy"
 ARROW = "application/vnd.apache.arrow.stream"
 FORMATS = (JSON, NPY, ARROW)
 
+_FLOAT64 = np.dtype(np.float64).str  # what arr.dtype.str says, without asking per request
 _unique = itertools.count()  # keys for payloads that must not share a model call
 
 
@@ -148,7 +149,7 @@ def _json_rows(rows: Any) -> Payload:
         return Payload(arr, len(rows), ("array", "object", width), JSON)
     if arr.ndim != 2:
         raise BodyError('"rows" must be a list of lists of values (a 2-D table)')
-    return _array_payload(arr, JSON)
+    return Payload(arr, len(rows), ("array", _FLOAT64, width), JSON)  # _array_payload's key
 
 
 def _json_columns(columns: Any) -> Payload:

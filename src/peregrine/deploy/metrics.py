@@ -14,6 +14,7 @@ uses it too.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -126,7 +127,7 @@ class Metrics:
                 {**labels, "pid": str(os.getpid())}
             )
 
-        self._children: dict[tuple, tuple] = {}  # labelled children, looked up once
+        self._children: dict[Any, tuple] = {}  # labelled children, looked up once
 
     def request_done(self, method: str, fmt: str, status: int, kind: str, seconds: float) -> None:
         key = (method, fmt, status, kind)
@@ -143,11 +144,18 @@ class Metrics:
             children[1].observe(seconds)
 
     def on_call(self, method: str, rows: int, requests: int, seconds: float) -> None:
-        self.model_calls.labels(method).inc()
-        self.model_seconds.labels(method).observe(seconds)
+        children = self._children.get(method)
+        if children is None:
+            children = self._children[method] = (
+                self.model_calls.labels(method),
+                self.model_seconds.labels(method),
+                self.rows.labels(method),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
+        children[2].inc(rows)
         self.batch_rows.observe(rows)
         self.batch_requests.observe(requests)
-        self.rows.labels(method).inc(rows)
 
     def exposition(self) -> tuple[bytes, str]:
         if not self.multiprocess:
