@@ -41,8 +41,8 @@ def artifact_bytes(model_or_artifact: Any, backend: str | None = None) -> bytes:
             return f.read()
     if not isinstance(obj, peregrine.CompiledModel):
         obj = peregrine.compile(obj, backend=backend or "auto")
-    # the same bytes each time for one model (a zip's timestamps would differ), so workers
-    # that built its kernels once keep using them
+    # saved once per model object: later calls (another predict on the same model) send the
+    # very bytes the workers already built kernels for, without writing the zip again
     data = _saved.get(obj)
     if data is None:
         with tempfile.TemporaryDirectory(prefix="peregrine-") as tmp:
