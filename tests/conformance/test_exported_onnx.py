@@ -41,7 +41,7 @@ DEFAULT = {
     "lgb-clf-binary",  # LightGBM
     "catboost-multiclass",  # CatBoost (refused: see REFUSED)
     "pipe-logreg-3c",  # linear
-    "kernel-svc-rbf-3c",  # kernel / SVM (refused)
+    "kernel-svc-rbf-3c",  # kernel / SVM
     "kernel-knn-uniform-euclidean",  # KNN (refused)
     "pipe-gaussiannb-3c",  # naive Bayes
     "pipe-mlp-relu-3c",  # MLP
@@ -55,20 +55,12 @@ DEFAULT = {
 # case id -> a pattern the UnsupportedModelError must contain (the op the exporter cannot
 # express). Found by running the full matrix; docs/export.md's table says why each refuses.
 _REFUSALS: dict[str, tuple[str, ...]] = {
-    # KERNEL (SVC, NuSVC, SVR, NuSVR, OneClassSVM, KernelPCA): no ONNX lowering yet
-    r"op kernel \(IR node": (
-        "kernel-svc-linear-2c", "kernel-svc-poly-2c", "kernel-svc-rbf-2c",
-        "kernel-svc-sigmoid-2c", "kernel-svc-linear-3c", "kernel-svc-poly-3c",
-        "kernel-svc-rbf-3c", "kernel-svc-sigmoid-3c", "kernel-svc-rbf-4c-ovo",
-        "kernel-svc-poly-4c-break-ties", "kernel-svc-rbf-2c-proba",
-        "kernel-svc-linear-3c-proba", "kernel-svc-rbf-4c-proba-ovo",
-        "kernel-nusvc-rbf-3c-proba", "kernel-nusvc-sigmoid-2c", "kernel-svr-linear",
-        "kernel-svr-poly", "kernel-svr-rbf", "kernel-svr-sigmoid", "kernel-nusvr-rbf",
-        "kernel-nusvr-poly", "kernel-ocsvm-linear", "kernel-ocsvm-poly", "kernel-ocsvm-rbf",
-        "kernel-ocsvm-sigmoid", "kernel-kpca-linear", "kernel-kpca-poly", "kernel-kpca-rbf",
-        "kernel-kpca-sigmoid", "kernel-kpca-cosine", "kernel-pipe-scale-svc",
-        "kernel-pipe-scale-kpca-knn"),
-    # KNN, KNN_IMPUTE, QUANTILE, POWER, BSPLINE, INTERP, WEIGHTED_MEDIAN, OVR_DECISION: no ONNX
+    # SVM_PROBA (libsvm's pairwise coupling iteration, SVC(probability=True)): no ONNX
+    # lowering yet; the kernels themselves (KERNEL, OVR_DECISION) export
+    r"op svm_proba \(IR node": (
+        "kernel-svc-rbf-2c-proba", "kernel-svc-linear-3c-proba", "kernel-svc-rbf-4c-proba-ovo",
+        "kernel-nusvc-rbf-3c-proba", "kernel-pipe-scale-svc"),
+    # KNN, KNN_IMPUTE, QUANTILE, POWER, BSPLINE, INTERP, WEIGHTED_MEDIAN: no ONNX
     # lowering yet (each refuses naming itself)
     r"op knn \(IR node": (
         "kernel-knn-uniform-euclidean", "kernel-knn-uniform-manhattan",
@@ -78,7 +70,8 @@ _REFUSALS: dict[str, tuple[str, ...]] = {
         "kernel-knn-distance-minkowski", "kernel-knn-distance-cosine",
         "kernel-knnreg-uniform-euclidean", "kernel-knnreg-distance-manhattan",
         "kernel-knnreg-uniform-chebyshev", "kernel-knnreg-distance-minkowski",
-        "kernel-knnreg-uniform-cosine", "kernel-knn-brute-distance"),
+        "kernel-knnreg-uniform-cosine", "kernel-knn-brute-distance",
+        "kernel-pipe-scale-kpca-knn"),
     r"op knn_impute": ("tf-knn-imputer-uniform", "tf-knn-imputer-distance"),
     r"op quantile": ("tf-quantile-uniform", "tf-quantile-normal", "tf-quantile-normal-full"),
     r"op power": ("tf-power-yj", "tf-power-yj-raw", "tf-power-boxcox", "tf-power-boxcox-raw"),
@@ -87,7 +80,6 @@ _REFUSALS: dict[str, tuple[str, ...]] = {
                     "tf-spline-nan-zeros"),
     r"op interp": ("meta-cal-isotonic-2c", "meta-cal-isotonic-3c"),
     r"op weighted_median": ("meta-ada-reg",),
-    r"op ovr_decision": ("meta-ovo-3c",),
     # networks (TorchStep, skorch): the float32 network ops (DENSE / ACTIVATION / BATCH_NORM,
     # torch's kernels) have no ONNX lowering yet; the first one reached names itself
     r"op activation": ("hybrid-scaler-torchstep-lightgbm",

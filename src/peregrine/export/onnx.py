@@ -71,7 +71,7 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     from onnx import TensorProto, helper
 
     # importing registers the lowerings
-    from peregrine.export import onnx_ops, onnx_trees  # noqa: F401
+    from peregrine.export import onnx_kernels, onnx_ops, onnx_trees  # noqa: F401
     from peregrine.export.onnx_graph import LOWERINGS, RUNNING_BACKENDS, Emitter
     from peregrine.export.onnx_vector_trees import plan_forests
 
