@@ -29,7 +29,7 @@ import numpy as np
 from peregrine.errors import InputError
 from peregrine.ir.semantics.text import TextSpec
 from peregrine.runtime.text_hash import hashed_features
-from peregrine.runtime.text_tokens import _SEP, _class_table, _codes, _lower_growth, _Tokens
+from peregrine.runtime.text_tokens import _SEP, HashTable, _class_table, _codes, _lower_growth, _Tokens
 
 
 def documents(X: Any) -> list[str]:
@@ -88,15 +88,14 @@ class TextRunner:
         if t ** hi >= 1 << 62:
             raise ValueError(f"text: {t} tokens ** n-gram length {hi} overflows the n-gram keys")
         self.t = t
-        # per n: sorted n-gram keys (token ids in base t) and the term's column
-        self.grams: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        # per n: n-gram key (token ids in base t) -> the term's column
+        self.grams: dict[int, HashTable] = {}
         for n in range(lo, hi + 1):
             cols = [j for j, g in enumerate(grams) if len(g) == n]
             keys = np.zeros(len(cols), dtype=np.int64)
             for k in range(n):
                 keys = keys * t + np.array([grams[j][k] for j in cols], dtype=np.int64)
-            order = np.argsort(keys, kind="stable")
-            self.grams[n] = (keys[order], np.asarray(cols, dtype=np.int64)[order])
+            self.grams[n] = HashTable(keys, np.asarray(cols, dtype=np.int64))
 
     # ---------------------------------------------------------------------- tokenizer --
     def _tokens(self, docs: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
@@ -148,8 +147,7 @@ class TextRunner:
         feats, fdocs = [], []
         m = ids.size
         for n in range(lo, hi + 1):
-            keys_sorted, cols = self.grams[n]
-            if m < n or not keys_sorted.size:
+            if m < n:
                 continue
             k = m - n + 1
             ok = doc[:k] == doc[n - 1:]
@@ -158,9 +156,9 @@ class TextRunner:
                 part = ids[i:i + k]
                 ok &= part >= 0
                 key = key * self.t + np.maximum(part, 0)
-            at = np.minimum(np.searchsorted(keys_sorted, key), keys_sorted.size - 1)
-            ok &= keys_sorted[at] == key
-            feats.append(cols[at[ok]])
+            col = self.grams[n].get(key)
+            ok &= col >= 0
+            feats.append(col[ok])
             fdocs.append(doc[:k][ok])
         feat = np.concatenate(feats) if feats else np.zeros(0, dtype=np.int64)
         fdoc = np.concatenate(fdocs) if fdocs else np.zeros(0, dtype=np.int64)

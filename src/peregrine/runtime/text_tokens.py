@@ -91,18 +91,16 @@ class _Tokens:
                 break
         else:  # three 64-bit bases colliding on one vocabulary: not a realistic input
             raise RuntimeError("text: vocabulary tokens collide under every hash base")
-        self.base, self.hashes, self.ids = base, h[order], order.astype(np.int64)
+        self.base = base
+        self.table = HashTable(h, np.arange(h.size, dtype=np.int64))
 
     def lookup(self, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Id of each run's token among ``tokens``, -1 when it is none of them."""
         if not self.size or not starts.size:
             return np.full(starts.size, -1, dtype=np.int64)
-        h = _hash_runs(codes, starts, ends, self.base)
-        at = np.minimum(np.searchsorted(self.hashes, h), self.size - 1)
-        hit = self.hashes[at] == h
-        ids = np.where(hit, self.ids[at], -1)
+        ids = self.table.get(_hash_runs(codes, starts, ends, self.base))
         lens = ends - starts
-        cand = np.flatnonzero(hit)
+        cand = np.flatnonzero(ids >= 0)
         same_len = self.lens[ids[cand]] == lens[cand]
         ids[cand[~same_len]] = -1
         cand = cand[same_len]
@@ -112,3 +110,56 @@ class _Tokens:
         if differs.any():  # a hash collision: the run is not the term it hashed to
             ids[cand[np.unique(owner[differs])]] = -1
         return ids
+
+
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+class HashTable:
+    """Distinct uint64 keys -> int64 values: open addressing with linear probing at a load of
+    at most 1/4, looked up for a whole array of queries at once (one gather per probe round;
+    most queries resolve in the first). Replaces a binary search whose ~19 dependent cache
+    misses per query dominated the lookup of 10^5-10^6-term vocabularies."""
+
+    def __init__(self, keys: np.ndarray, values: np.ndarray) -> None:
+        keys = np.asarray(keys).view(np.uint64)
+        bits = max(4, (4 * max(keys.size, 1) - 1).bit_length())
+        self.shift, self.mask = np.uint64(64 - bits), (1 << bits) - 1
+        self.slot_key = np.zeros(1 << bits, dtype=np.uint64)
+        self.slot_val = np.full(1 << bits, -1, dtype=np.int64)
+        pos = self._home(keys)
+        pending = np.arange(keys.size)
+        while pending.size:
+            p = pos[pending]
+            free = self.slot_val[p] < 0
+            cand, at = pending[free], p[free]
+            _, first = np.unique(at, return_index=True)  # one key per free slot per round
+            win = cand[first]
+            self.slot_key[pos[win]] = keys[win]
+            self.slot_val[pos[win]] = values[win]
+            placed = np.zeros(keys.size, dtype=bool)
+            placed[win] = True
+            pending = pending[~placed[pending]]
+            pos[pending] = (pos[pending] + 1) & self.mask
+
+    def _home(self, keys: np.ndarray) -> np.ndarray:
+        with np.errstate(over="ignore"):
+            return ((keys * _MIX) >> self.shift).astype(np.int64)
+
+    def get(self, queries: np.ndarray) -> np.ndarray:
+        """The value of each query, -1 where it is not a key."""
+        q = np.asarray(queries).view(np.uint64)
+        out = np.full(q.size, -1, dtype=np.int64)
+        pos = self._home(q)
+        v = self.slot_val[pos]
+        hit = (v >= 0) & (self.slot_key[pos] == q)
+        out[hit] = v[hit]
+        pending = np.flatnonzero((v >= 0) & ~hit)
+        while pending.size:
+            p = (pos[pending] + 1) & self.mask
+            pos[pending] = p
+            v = self.slot_val[p]
+            hit = (v >= 0) & (self.slot_key[p] == q[pending])
+            out[pending[hit]] = v[hit]
+            pending = pending[(v >= 0) & ~hit]
+        return out
