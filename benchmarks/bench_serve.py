@@ -1,21 +1,25 @@
 """Serving and batch-scoring benchmark for issue #16 (run by hand, not a test), 127.0.0.1 only.
 
-    .venv/bin/python benchmarks/bench_serve.py --duration 15 --bulk-rows 1000000 \
-        --dask-rows 2000000 --json /tmp/bench_serve.json
+    .venv/bin/python benchmarks/bench_serve.py --duration 15 --repeat 3 --skip soak dask
+    .venv/bin/python benchmarks/bench_serve.py --skip http soak --dask-rows 10000000
 
 Parts (each bounded by --duration or a row count):
-1. ceiling: the same stack (uvicorn + Starlette, uvloop/httptools, one process) with an empty
-   handler that reads the body and returns a constant JSON answer;
+1. ceilings: the same stack (uvicorn + Starlette, uvloop/httptools, one process) with an empty
+   handler that reads the body and returns a constant JSON answer; and the same empty handler as
+   a plain ASGI callable on uvicorn, which is how ``peregrine serve`` answers its scoring route;
 2. single-row JSON predict_proba, 64 concurrent connections, XGBoost 500 trees x depth 8:
    ``peregrine serve`` vs the same stack calling ``xgboost``'s ``predict_proba`` per request
    (a plain sync Starlette endpoint, run in its thread pool, as a user would write it);
-   p50/p99, failures, and the server's model calls vs requests from /metrics;
+   p50/p99, failures, the server's CPU time per request, the load average, and the server's
+   model calls vs requests from /metrics; --repeat rounds of all four systems in turn, each
+   figure compared with the ceilings of its own round (the machine's load drifts);
 3. bulk: --bulk-rows rows posted as 10K-row Arrow IPC bodies (4 concurrent clients) vs the
    compiled model in-process on the same 10K-row blocks;
 4. soak: --soak seconds at --rate requests/s, the server's RSS at start and end, then SIGTERM
    under load (no accepted request may be lost);
 5. Dask: 2-worker LocalCluster (1 thread each) scoring Parquet in >= 8 partitions with
-   ``peregrine.dask.predict`` vs ``map_partitions`` with the source model (nthread=1 in each).
+   ``peregrine.dask.predict`` vs ``map_partitions`` with the source model (XGBoost, n_jobs=1,
+   shipped once in the graph as dask-ml's ParallelPostFit does).
 
 The load generator for 1-2 is ``wrk`` (Debian package ``wrk``; compiled C, so it takes little of
 the two cores it shares with the server); part 3 uses an httpx client (bodies of 2 MB: the client
@@ -59,6 +63,26 @@ def _empty_app():
     return Starlette(routes=[Route("/v1/predict_proba", handler, methods=["POST"])])
 
 
+def _empty_asgi_app():
+    """The empty handler as a plain ASGI callable, the way ``peregrine serve`` answers
+    ``POST /v1/<method>`` (ahead of Starlette's request and response objects): the ceiling for
+    that route on uvicorn."""
+    answer = b'{"predictions":[[0.5,0.5]],"classes":[0,1]}'
+    head = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(answer))]
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        more = True
+        while more:
+            message = await receive()
+            more = message.get("more_body", False)
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        await send({"type": "http.response.body", "body": answer})
+
+    return app
+
+
 def _xgboost_app(model_path: str):
     import xgboost as xgb
     from starlette.applications import Starlette
@@ -81,8 +105,12 @@ def _xgboost_app(model_path: str):
 def _run_app(kind: str, port: int, model_path: str | None) -> None:
     import uvicorn
 
-    app = _empty_app() if kind == "empty" else _xgboost_app(model_path)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    apps = {"empty": _empty_app, "empty-asgi": _empty_asgi_app}
+    app = apps[kind]() if kind in apps else _xgboost_app(model_path)
+    # lifespan off: the plain ASGI app has none (Starlette's would do nothing here)
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, log_level="warning", access_log=False, lifespan="off"
+    )
 
 
 # ------------------------------------------------------------------------------- helpers --
@@ -201,68 +229,106 @@ def _model(workdir: str, trees: int, depth: int):
 
 
 # ------------------------------------------------------------------------------- parts --
-def bench_http(args, workdir: str, model, model_json: str, artifact: str, X) -> dict:
-    res = {}
-    me = [sys.executable, os.path.abspath(__file__)]
-    for kind in ("empty", "xgboost"):
-        port = _free_port()
-        proc = _start(me + ["--app", kind, "--port", str(port), "--model", model_json])
-        try:
-            url = f"http://127.0.0.1:{port}"
-            _wait_ready(url)
-            _wrk(url, X, 2)  # warm-up
-            res[kind] = _wrk(url, X, args.duration)
-        finally:
-            _stop(proc)
-        print(f"  {kind}: {res[kind]}", flush=True)
-    proc = _start(
-        [
-            sys.executable,
-            "-m",
-            "peregrine.cli",
-            "serve",
-            artifact,
-            "--port",
-            "0",
-            "--max-batch",
-            str(args.max_batch),
-            "--max-delay-ms",
-            str(args.max_delay_ms),
-            "--log-level",
-            "warning",
-        ]
-    )
-    try:
-        url = None
-        for line in proc.stderr:
-            m = re.search(r"listening on (http://\S+)", line)
-            if m:
-                url = m.group(1)
-                break
-        _wait_ready(url)
-        _wrk(url, X, 2)
-        import httpx
+SYSTEMS = ("empty", "empty-asgi", "xgboost", "peregrine")
 
-        before = httpx.get(f"{url}/metrics").text
-        res["peregrine"] = _wrk(url, X, args.duration)
-        after = httpx.get(f"{url}/metrics").text
-        calls = _metric(after, "peregrine_model_calls_total") - _metric(
-            before, "peregrine_model_calls_total"
-        )
-        reqs = _metric(after, "peregrine_requests_total") - _metric(
-            before, "peregrine_requests_total"
-        )
-        res["peregrine"].update(model_calls=calls, server_requests=reqs)
-        # exactness spot check through the server
-        r = httpx.post(f"{url}/v1/predict_proba", json={"rows": X[:100].tolist()}, timeout=30)
-        np.testing.assert_allclose(
-            r.json()["predictions"], model.predict_proba(X[:100]), 1e-5, 1e-6
-        )
-        if args.bulk_rows:
-            res["bulk"] = bench_bulk(url, artifact, X, args.bulk_rows)
+
+def _serve_cmd(artifact: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "peregrine.cli", "serve", artifact, "--port", "0",
+            "--log-level", "warning", *extra]  # fmt: skip
+
+
+def _announced_url(proc: subprocess.Popen) -> str:
+    for line in proc.stderr:
+        m = re.search(r"listening on (http://\S+)", line)
+        if m:
+            return m.group(1)
+    raise RuntimeError("the server did not announce its address")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of every thread of ``pid`` so far (/proc/PID/task/*/stat)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _http_run(kind: str, args, model_json: str, artifact: str, X) -> dict:
+    """One system under wrk: throughput, latency, failures, the server's CPU per request, the
+    load average at the end; for peregrine, model calls vs requests from /metrics."""
+    import httpx
+
+    if kind == "peregrine":
+        proc = _start(_serve_cmd(artifact, "--max-batch", str(args.max_batch),
+                                 "--max-delay-ms", str(args.max_delay_ms)))  # fmt: skip
+        url = _announced_url(proc)
+    else:
+        port = _free_port()
+        me = [sys.executable, os.path.abspath(__file__)]
+        proc = _start(me + ["--app", kind, "--port", str(port), "--model", model_json])
+        url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url)
+        _wrk(url, X, 2)  # warm-up
+        before = httpx.get(f"{url}/metrics").text if kind == "peregrine" else ""
+        cpu0 = _cpu_seconds(proc.pid)
+        res = _wrk(url, X, args.duration)
+        res["server_cpu_us_per_request"] = (_cpu_seconds(proc.pid) - cpu0) / res["requests"] * 1e6
+        res["load_average"] = os.getloadavg()[0]
+        if kind == "peregrine":
+            after = httpx.get(f"{url}/metrics").text
+            for name in ("model_calls", "requests"):
+                metric = f"peregrine_{name}_total"
+                res[f"server_{name}"] = _metric(after, metric) - _metric(before, metric)
+            # exactness spot check through the server
+            r = httpx.post(f"{url}/v1/predict_proba", json={"rows": X[:100].tolist()}, timeout=30)
+            source = _xgb(model_json).predict_proba(X[:100])
+            np.testing.assert_allclose(r.json()["predictions"], source, 1e-5, 1e-6)
     finally:
         _stop(proc)
-    print(f"  peregrine: {res['peregrine']}", flush=True)
+    return res
+
+
+def _xgb(model_json: str):
+    import xgboost as xgb
+
+    m = xgb.XGBClassifier()
+    m.load_model(model_json)
+    return m
+
+
+def bench_http(args, workdir: str, model, model_json: str, artifact: str, X) -> dict:
+    """--repeat rounds of every system in turn (the machine's load drifts: each figure is
+    compared with the ceiling measured in the same round)."""
+    runs: dict[str, list[dict]] = {k: [] for k in SYSTEMS}
+    for round_ in range(args.repeat):
+        for kind in SYSTEMS:
+            res = _http_run(kind, args, model_json, artifact, X)
+            runs[kind].append(res)
+            short = {k: round(v, 2) if isinstance(v, float) else v for k, v in res.items()}
+            print(f"  round {round_ + 1} {kind}: {short}", flush=True)
+    rounds = []
+    for i in range(args.repeat):
+        ceiling, asgi = runs["empty"][i]["rps"], runs["empty-asgi"][i]["rps"]
+        ours, theirs = runs["peregrine"][i]["rps"], runs["xgboost"][i]["rps"]
+        rounds.append({
+            "peregrine_vs_xgboost": ours / theirs,
+            "peregrine_vs_ceiling": ours / ceiling,
+            "peregrine_vs_asgi_ceiling": ours / asgi,
+            "xgboost_vs_ceiling": theirs / ceiling,
+        })  # fmt: skip
+        print(f"  round {i + 1} ratios: { {k: round(v, 3) for k, v in rounds[-1].items()} }")
+    res: dict = {"runs": runs, "rounds": rounds}
+    if args.bulk_rows:
+        proc = _start(_serve_cmd(artifact))
+        try:
+            url = _announced_url(proc)
+            _wait_ready(url)
+            res["bulk"] = bench_bulk(url, artifact, X, args.bulk_rows)
+        finally:
+            _stop(proc)
     return res
 
 
@@ -469,6 +535,7 @@ def bench_dask(args, workdir: str, model, model_json: str, X) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--duration", type=float, default=15.0, help="seconds per wrk run")
+    p.add_argument("--repeat", type=int, default=3, help="rounds of the HTTP comparison")
     p.add_argument("--trees", type=int, default=500)
     p.add_argument("--depth", type=int, default=8)
     p.add_argument("--max-batch", type=int, default=1024)
@@ -479,7 +546,7 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=500.0, help="soak requests per second")
     p.add_argument("--skip", nargs="*", default=[], choices=["http", "soak", "dask"])
     p.add_argument("--json", help="write the results here")
-    p.add_argument("--app", choices=["empty", "xgboost"], help=argparse.SUPPRESS)
+    p.add_argument("--app", choices=["empty", "empty-asgi", "xgboost"], help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, help=argparse.SUPPRESS)
     p.add_argument("--model", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -322,4 +323,20 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
 
 def app_from_env() -> Starlette:
     """Factory for ``--workers N``: each worker process builds its app from the environment."""
-    return create_app(ServeConfig.from_env())
+    app = create_app(ServeConfig.from_env())
+    settle_heap()
+    return app
+
+
+def settle_heap() -> None:
+    """For a process that only serves (the CLI's server and its workers; never called by
+    ``create_app``, which tests and notebooks embed): the ~45K objects of the loaded libraries
+    and model move out of the collector's reach (``gc.freeze``), and young-generation
+    collections come every 10K allocations instead of 700. A request allocates about a hundred
+    tracked objects (ASGI messages, tasks, futures), nearly all freed by reference counting;
+    each full collection walked the whole heap (~20 ms on a loaded core, stalling every request
+    in flight) and the young ones cost ~3 us per request."""
+    gc.collect()
+    gc.freeze()
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(max(young, 10_000), middle, old)

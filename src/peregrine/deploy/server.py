@@ -11,7 +11,7 @@ import socket
 import sys
 import tempfile
 
-from peregrine.deploy.app import CONFIG_ENV, ServeConfig, create_app
+from peregrine.deploy.app import CONFIG_ENV, ServeConfig, create_app, settle_heap
 from peregrine.deploy.metrics import MULTIPROC_ENV
 from peregrine.errors import PeregrineError
 
@@ -79,6 +79,7 @@ def serve(
         )
     else:
         uconfig = uvicorn.Config(create_app(config), **common)
+        settle_heap()
     sock = uconfig.bind_socket()
     bound = sock.getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
