@@ -83,14 +83,26 @@ def test_min_aggregation_refused():
         peregrine.compile(tree_model("BRANCH_LEQ", 0.3, 0, "MIN"), backend="reference")
 
 
-def test_two_inputs_refused():
-    node = helper.make_node("Concat", ["A", "B"], ["Y"], axis=1)
+def test_one_column_per_input():
+    """Inputs one column wide each (skl2onnx's form for a DataFrame) are the compiled model's
+    columns, by name."""
+    import pandas as pd
+
+    concat = helper.make_node("Concat", ["A", "B"], ["AB"], axis=1)
+    scale = helper.make_node("Scaler", ["AB"], ["Y"], domain="ai.onnx.ml", offset=[1.0, -2.0],
+                             scale=[0.5, 4.0])
     graph = helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None, 1])
-                      for n in "AB"],
+        [concat, scale], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [None, 1])
+                               for n in "AB"],
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 2])])
-    with pytest.raises(UnsupportedModelError, match="2 inputs"):
-        peregrine.compile(helper.make_model(graph), backend="reference")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("ai.onnx.ml", 3)])
+    df = pd.DataFrame({"B": [0.5, -1.0, 3.0], "A": [2.0, 0.0, -4.0]})
+    compiled = peregrine.compile(model, backend="reference")
+    assert compiled.spec.feature_names == ("A", "B")
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    want = sess.run(None, {n: df[[n]].to_numpy(np.float32) for n in "AB"})[0]
+    np.testing.assert_allclose(compiled.predict(df), want, rtol=1e-6)
 
 
 def test_linear_classifier_refuses_nan_rows():

@@ -60,11 +60,15 @@ class Ctx:
                                         "computes (a second graph input?)")
         return self.values[name]
 
-    def computed(self, name: str) -> Value:
+    def computed(self, name: str, strings: bool = False) -> Value:
         v = self.get(name)
         if v.node is None:
             raise UnsupportedModelError(f"ONNX tensor {name!r} is a constant where Peregrine "
                                         "needs the input's rows")
+        if v.dtype == "string" and not strings:
+            raise UnsupportedModelError(f"ONNX tensor {name!r} holds strings where Peregrine "
+                                        "reads numbers (strings: LabelEncoder, CategoryMapper, "
+                                        "OneHotEncoder, Gather, Identity, Reshape)")
         return v
 
 
@@ -234,7 +238,10 @@ def _binary(node, a, ctx):
 def _concat(node, a, ctx):
     if node.op_type == "Concat" and a.get("axis") not in (1, -1):
         raise refuse(node, f"Concat over axis {a.get('axis')}")
-    parts = [ctx.computed(i) for i in node.input]
+    parts = [ctx.computed(i, strings=True) for i in node.input]
+    strings = [p.dtype == "string" for p in parts]
+    if any(strings) and not (all(strings) and node.op_type == "Concat"):
+        raise refuse(node, "a concatenation of strings with numbers")
     dims = a.get("inputdimensions")
     if dims is not None and list(dims) != [p.width for p in parts]:
         raise refuse(node, "input dimensions that differ from the inputs' widths")
@@ -242,7 +249,9 @@ def _concat(node, a, ctx):
     out = parts[0].node if len(parts) == 1 else ctx.g.add(
         Op.CONCAT, tuple(p.node for p in parts), width=width)
     dtype = "float64" if any(p.dtype == "float64" for p in parts) else parts[0].dtype
-    set_out(ctx, node, Value(out, width, dtype))
+    # string columns share one vocabulary (the graph's), so their codes concatenate as they are
+    set_out(ctx, node, Value(out, width, dtype, labels=parts[0].labels if any(strings)
+                             else None))
 
 
 @handles(ML, "ArrayFeatureExtractor")
