@@ -180,12 +180,94 @@ def _time(fn, data, repeats: int) -> tuple[float, object]:
     return float(np.median(ts)), out
 
 
+def _documents(n: int, seed: int) -> list[str]:
+    """Short documents (3-14 Zipf-distributed words of a 20K-word vocabulary, accents, and a
+    CJK/Unicode tail on every 7th)."""
+    rng = np.random.default_rng(seed)
+    letters = list("abcdefghijklmnopqrstuvwxyzéü")
+    words = np.array(["".join(rng.choice(letters, rng.integers(2, 9))) for _ in range(20000)])
+    p = 1 / np.arange(1, words.size + 1)
+    p /= p.sum()
+    return [" ".join(rng.choice(words, rng.integers(3, 15), p=p))
+            + (" Ünïcode 東京!" if i % 7 == 0 else ".") for i in range(n)]
+
+
+def bench_text(n_docs: int, repeats: int, ort_batch: int = 1000) -> str:
+    """TfidfVectorizer(ngram_range=(1, 2)) -> LogisticRegression, predict_proba on n_docs
+    documents: scikit-learn, Peregrine (native and torch) and ONNX Runtime (skl2onnx; its
+    TfIdfVectorizer op returns a dense (rows, vocabulary) tensor, so it runs in batches of
+    ``ort_batch`` documents, once)."""
+    import subprocess
+
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    import peregrine
+
+    docs = _documents(n_docs, 0)
+    y = np.random.default_rng(1).integers(0, 3, n_docs)
+    pipe = make_pipeline(TfidfVectorizer(ngram_range=(1, 2)),
+                         LogisticRegression(max_iter=50)).fit(docs[:20000], y[:20000])
+    t_sk, want = _time(pipe.predict_proba, docs, repeats)
+    res = {}
+    for backend in ("native", "torch"):
+        cm = peregrine.compile(pipe, backend)
+        res[backend], got = _time(cm.predict_proba, docs, repeats)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=backend)
+        assert np.array_equal(cm.predict(docs), pipe.predict(docs))
+    ort_s, ort_note = None, ""
+    try:
+        import onnxruntime as ort
+        from skl2onnx import to_onnx
+        from skl2onnx.common.data_types import StringTensorType
+
+        onx = to_onnx(pipe, initial_types=[("X", StringTensorType([None, 1]))],
+                      options={id(pipe.steps[-1][1]): {"zipmap": False},
+                               id(pipe.steps[0][1]): {"locale": "C.UTF-8"}})
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = int(THREADS)
+        sess = ort.InferenceSession(onx.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+        X = np.array(docs, dtype=object).reshape(-1, 1)
+        t = time.perf_counter()
+        out = np.concatenate([sess.run(None, {"X": X[i:i + ort_batch]})[1]
+                              for i in range(0, n_docs, ort_batch)])
+        ort_s = time.perf_counter() - t
+        ort_note = (f"max abs dev {np.max(np.abs(out - want)):.2g}, labels equal "
+                    f"{np.mean(out.argmax(1) == want.argmax(1)):.1%}")
+    except Exception as exc:  # converter gaps are results too
+        ort_note = f"{type(exc).__name__}: {str(exc)[:80]}"
+    cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines()
+                  if ln.startswith("Model name")), platform.processor())
+    vocab = len(pipe.steps[0][1].vocabulary_)
+    lines = [f"Text: TfidfVectorizer(ngram_range=(1, 2)) -> LogisticRegression, predict_proba "
+             f"on {n_docs:,} documents ({vocab:,}-term vocabulary), {model}, load "
+             f"{os.getloadavg()[0]:.1f}; median of {repeats} (ORT: one run, batches of "
+             f"{ort_batch})",
+             f"  sklearn {t_sk:.3f} s | peregrine native {res['native']:.3f} s "
+             f"({t_sk / res['native']:.2f}x sklearn) | torch {res['torch']:.3f} s "
+             f"({t_sk / res['torch']:.2f}x)"]
+    if ort_s is not None:
+        lines.append(f"  ONNX Runtime {ort_s:.3f} s ({ort_s / res['native']:.1f}x native; "
+                     f"{ort_note})")
+    else:
+        lines.append(f"  ONNX Runtime: {ort_note}")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default=None, help="write a markdown table here")
+    ap.add_argument("--text", type=int, default=0, metavar="DOCS",
+                    help="run only the text pipeline case on DOCS documents (docs/text.md)")
     args = ap.parse_args(argv)
+    if args.text:
+        print(bench_text(args.text, args.repeats), flush=True)
+        return 0
 
     import sklearn
     import torch

@@ -29,7 +29,14 @@ import numpy as np
 from peregrine.errors import InputError
 from peregrine.ir.semantics.text import TextSpec
 from peregrine.runtime.text_hash import hashed_features
-from peregrine.runtime.text_tokens import _SEP, HashTable, _class_table, _codes, _lower_growth, _Tokens
+from peregrine.runtime.text_tokens import (
+    _SEP,
+    HashTable,
+    _class_table,
+    _codes,
+    _lower_growth,
+    _Tokens,
+)
 
 
 def documents(X: Any) -> list[str]:
