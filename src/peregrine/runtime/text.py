@@ -9,10 +9,10 @@ scikit-learn's document-term matrix without a Python loop per document or per to
    token characters; tokens are the runs of marked code points at least ``min_len`` long.
 3. Each token gets a 64-bit polynomial hash from prefix sums (``sum c_j B^j`` mod 2**64, made
    position-independent by ``B^-start``), is looked up among the hashes of the terms' tokens
-   with ``searchsorted`` and then compared code point by code point with the term it hit: a
+   in an open-addressing table (``text_tokens.HashTable``) and then compared code point by code point with the term it hit: a
    hash collision can only make a lookup miss a term it does not equal, never hit a wrong one.
 4. Stop words are dropped; n-grams are keys of consecutive token ids (exact integers), looked
-   up the same way; (document, term) pairs are counted with one sort.
+   up in a second table; (document, term) pairs are counted with one sort.
 5. TF-IDF, binary, sublinear tf and the l1/l2 row norms follow TfidfTransformer.transform and
    sklearn's ``inplace_csr_row_normalize_l1/l2`` in their order of operations; row sums are
    accumulated left to right (as the Cython loops do) one position per step over all rows.
