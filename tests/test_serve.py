@@ -244,6 +244,32 @@ def test_bad_requests_get_typed_errors_and_the_server_keeps_serving(case, xgb_mo
     _assert_still_scores(url, xgb_model[0])
 
 
+ROUTING = [
+    # (HTTP method, path, status, error type): the scoring route is answered ahead of
+    # Starlette's router; everything else must still get Starlette's answers, as JSON
+    ("GET", "/v1/predict", 405, "MethodNotAllowed"),
+    ("POST", "/v1/", 404, "NotFound"),
+    ("POST", "/v1/predict/extra", 404, "NotFound"),
+    ("POST", "/v2/predict", 404, "NotFound"),
+    ("POST", "/v1/model", 404, "NotFound"),  # a GET route, not a method of the model
+]
+
+
+@pytest.mark.parametrize("case", ROUTING, ids=[f"{c[0]} {c[1]}" for c in ROUTING])
+def test_routes_around_the_scoring_route(case, xgb_model, xgb_server):
+    verb, path, status, kind = case
+    url, _ = xgb_server
+    r = httpx.request(verb, f"{url}{path}", content=b'{"rows": [[1]]}', timeout=30)
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"] == "application/json" and r.json()["type"] == kind
+    ok = httpx.post(
+        f"{url}/v1/predict", content=json.dumps({"rows": _json_rows(_rows(2, 5))}), timeout=30
+    )  # no Content-Type at all: JSON
+    assert ok.status_code == 200 and ok.headers["content-type"] == "application/json"
+    assert ok.headers["content-length"] == str(len(ok.content))
+    _assert_still_scores(url, xgb_model[0])
+
+
 def test_oversized_body_is_refused_with_413(xgb_model, xgb_server):
     url, _ = xgb_server
     big = _npy(np.zeros((20000, N_FEATURES)))  # 1.9 MB > the fixture's 1 MiB limit
