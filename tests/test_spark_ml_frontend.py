@@ -324,3 +324,37 @@ def test_error_and_skip_rules_match_spark(spark, tmp_path):  # noqa: F811
         bad.loc[1, column] = value
         with pytest.raises(InputError, match=match):
             compiled.transform(bad)
+
+
+def test_index_to_string_after_the_model(saved, spark, tmp_path):  # noqa: F811
+    """The usual round trip: a label StringIndexer, a classifier, IndexToString(prediction)
+    with the indexer's labels; predict returns Spark's predictedLabel strings (the label
+    indexer and its string column are not inputs)."""
+    from pyspark.ml import PipelineModel
+    from pyspark.ml.classification import RandomForestClassifier
+    from pyspark.ml.feature import IndexToString, StringIndexer
+
+    fitted, data = saved.features("trees")
+    names = {0.0: "low", 1.0: "mid", 2.0: "high"}
+    data = data.withColumn("ys", data.y3.cast("int").cast("string"))
+    label_index = StringIndexer(inputCol="ys", outputCol="yi").fit(data)
+    model = RandomForestClassifier(featuresCol="features", labelCol="yi", numTrees=5,
+                                   maxDepth=4, seed=2).fit(label_index.transform(data))
+    back = IndexToString(inputCol="prediction", outputCol="predictedLabel",
+                         labels=[names[float(v)] for v in label_index.labels])
+    pipeline = PipelineModel(stages=[*fitted.stages, label_index, model, back])
+    path = str(tmp_path / "its")
+    pipeline.write().overwrite().save(path)
+    test = saved.test
+    want = (pipeline.transform(saved._test_sdf).select("id", "predictedLabel").toPandas()
+            .sort_values("id")["predictedLabel"].to_numpy())
+    for backend in ("reference", "native"):
+        compiled = peregrine.compile(path, backend=backend)
+        assert "ys" not in compiled.spec.feature_names
+        got = compiled.predict(test[list(compiled.spec.feature_names)])
+        np.testing.assert_array_equal(got, want)
+    short = IndexToString(inputCol="prediction", outputCol="p", labels=["only"])
+    PipelineModel(stages=[*fitted.stages, model, short]).write().overwrite().save(
+        str(tmp_path / "short"))
+    with pytest.raises(UnsupportedModelError, match="1 labels for 3 classes"):
+        peregrine.compile(str(tmp_path / "short"), backend="reference")

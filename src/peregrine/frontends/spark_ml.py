@@ -8,11 +8,16 @@ convert only the stages on that path, in pipeline order (``spark_ml_features.py`
 ``spark_ml_models.py``). The DataFrame columns those stages read and no stage writes are the
 program's inputs, matched by name (``ModelSpec.feature_names``); a column a StringIndexer reads
 holds strings. So a label indexer, whose input column is absent when predicting (Spark skips
-it), is never asked for. Every stage of the pipeline must still be one Peregrine knows: an
+it), is never asked for. An IndexToString of the final classifier's prediction makes ``predict``
+return its strings. Every stage of the pipeline must still be one Peregrine knows: an
 unknown class raises UnsupportedModelError naming it and its folder.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
 
 from peregrine.errors import UnsupportedModelError
 from peregrine.formats.spark_ml import SparkPipelineModel, SparkStage
@@ -67,6 +72,36 @@ def _transform_head(stage: SparkStage, ctx: Ctx) -> ModelOut:
     return ModelOut({"transform": ctx.node_of(cols)}, {"transform": MethodSpec("transform")})
 
 
+def _index_to_string(final: SparkStage, after: list[SparkStage], head: ModelOut) -> ModelOut:
+    """An IndexToString of the final classifier's prediction (a stage after the model, the
+    usual way back from a label StringIndexer): ``predict`` returns its strings, Spark's
+    ``labels[int(prediction)]``. Spark fails on an index past the labels, so fewer labels than
+    classes are refused; an IndexToString reading anything else is not compiled (nothing it
+    writes is a method)."""
+    pred_col = str(final.params.get("predictionCol") or "")
+    for stage in after:
+        if stage.name != "IndexToString" or not pred_col or \
+                str(stage.params.get("inputCol") or "") != pred_col:
+            continue
+        labels = list(stage.params.get("labels") or [])
+        method = head.methods.get("predict")
+        if method is None or method.labels is None:
+            raise UnsupportedModelError(f"{stage.describe()}: an IndexToString of a "
+                                        "regression's prediction")
+        if not labels:
+            raise UnsupportedModelError(f"{stage.describe()}: labels taken from the column's "
+                                        "metadata at transform time (set labels=...)")
+        if len(labels) < len(method.labels):
+            raise UnsupportedModelError(f"{stage.describe()}: {len(labels)} labels for "
+                                        f"{len(method.labels)} classes (Spark fails on the "
+                                        "others)")
+        methods = dict(head.methods)
+        methods["predict"] = replace(method, labels=np.array(
+            [str(v) for v in labels[:len(method.labels)]], dtype=object))
+        return ModelOut(head.outputs, methods)
+    return head
+
+
 @register_frontend(
     SparkPipelineModel, library="pyspark (saved)",
     methods=("predict", "predict_proba", "decision_function", "transform"),
@@ -89,6 +124,7 @@ def convert_spark_pipeline(model: SparkPipelineModel) -> ModelSpec:
         _transform_head(stages[-1], ctx)
     if head is None:
         raise UnsupportedModelError(f"{stages[-1].describe()} produced no output")
+    head = _index_to_string(model.stages[last], model.stages[last + 1:], head)
     outputs = dict(head.outputs)
     if ctx.checks:
         nodes = [n for n, _ in ctx.checks]
