@@ -439,3 +439,38 @@ def test_float32_input(tmp_path):
     np.testing.assert_allclose(proba, pipe.predict_proba(Xf), rtol=RTOL, atol=ATOL)
     with pytest.raises(ValueError, match="input_dtype"):
         compiled.export_onnx(tmp_path / "p.onnx", input_dtype="float16")
+
+
+def test_exact_sums(tmp_path):
+    """exact_sums=True writes the libraries' sums in their order: XGBoost's float32 margin bit
+    for bit (per-tree CumSum), a random forest's sums in double (one copy of the trees per
+    class, ai.onnx.ml opset 5); the default's one-traversal forms stay within their bounds
+    (float32 reassociation for XGBoost, one float32 rounding for vector leaves)."""
+    xgb = pytest.importorskip("xgboost")
+    Xr, yr = _reg()
+    r = xgb.XGBRegressor(n_estimators=200, max_depth=6).fit(Xr, yr)
+    X = _rows(3000)
+    compiled = peregrine.compile(r, backend="reference")
+    from peregrine.export import export_onnx
+
+    for exact in (True, False):
+        report = export_onnx(compiled, tmp_path / "m.onnx", input_dtype="float32",
+                             exact_sums=exact)
+        (out,) = session(str(tmp_path / "m.onnx")).run(["variable"],
+                                                       {"X": X.astype(np.float32)})
+        want = r.predict(X.astype(np.float32))
+        assert out.dtype == np.float32 and report.inputs["X"][0] == "float32"
+        if exact:
+            np.testing.assert_array_equal(out, want)
+        else:
+            np.testing.assert_allclose(out, want, rtol=RTOL, atol=ATOL)
+    Xc, yc = _cls(k=3)
+    rf = RandomForestClassifier(30, max_depth=8, random_state=0).fit(Xc, yc)
+    export_onnx(peregrine.compile(rf, backend="reference"), tmp_path / "rf.onnx",
+                exact_sums=True)
+    model = onnx.load(str(tmp_path / "rf.onnx"))
+    assert ("ai.onnx.ml", 5) in {(o.domain, o.version) for o in model.opset_import}
+    out = _run(tmp_path / "rf.onnx", X)
+    # double sums in ONNX Runtime's order (it blocks trees): within a few ulps
+    np.testing.assert_allclose(out["probabilities"], rf.predict_proba(X), rtol=1e-14, atol=0)
+    np.testing.assert_array_equal(out["label"], rf.predict(X))

@@ -55,6 +55,9 @@ def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
     p.add_argument("--input-dtype", choices=("float64", "float32", "auto"), default="float64",
                    help="the ONNX input's dtype: float64 (default), float32, or auto (float32 "
                    "where the model reads its input only through float32-comparing trees)")
+    p.add_argument("--exact-sums", action="store_true",
+                   help="trees: the library's sums in its order (XGBoost bit for bit), not the "
+                   "faster one-traversal forms (onnx, triton)")
     p.add_argument("--target", default="x86_64-linux-gnu", metavar="TRIPLE",
                    help="shared-library platform: x86_64-linux-gnu (default) or "
                    "aarch64-linux-gnu")
@@ -84,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError("--format triton batches dynamically; leave --batch out")
     compiled = _compiled(args)
     sample = _sample(args, compiled) if args.sample else None
-    options = {"opset": args.opset, "ml_ops": args.ml_ops, "input_dtype": args.input_dtype}
+    options = {"opset": args.opset, "ml_ops": args.ml_ops, "input_dtype": args.input_dtype,
+               "exact_sums": True if args.exact_sums else None}
     start = time.perf_counter()
     with spinner(f"exporting {os.path.basename(args.model)}"):
         if args.format == "onnx":

@@ -64,8 +64,8 @@ def exported_methods(spec: Any, methods: Any = None) -> list[str]:
 
 
 def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic",
-               ml_ops: str = "auto", methods: Any = None, input_dtype: str = "float64"
-               ) -> tuple[Any, dict[str, str]]:
+               ml_ops: str = "auto", methods: Any = None, input_dtype: str = "float64",
+               exact_sums: bool = False) -> tuple[Any, dict[str, str]]:
     """The ONNX ModelProto of ``compiled``'s program and {method: output name}."""
     onnx, _ = _require()
     from onnx import TensorProto, helper
@@ -98,7 +98,7 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
         raise ValueError(f"batch={batch!r}: use 'dynamic' or a positive row count")
 
     chosen = exported_methods(spec, methods)
-    e = Emitter(spec.source, ml_ops)
+    e = Emitter(spec.source, ml_ops, exact_sums)
     graph = spec.graph
     wanted = [spec.methods[m].output for m in chosen]
     steps = graph.steps(graph.outputs[w] for w in wanted)
@@ -118,7 +118,7 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
                 e.narrow[names[node.name]] = INPUT_NAME
                 e.dtypes[INPUT_NAME] = TensorProto.FLOAT
             e.widths[names[node.name]] = spec.n_features
-    if ml_ops != "never":
+    if ml_ops != "never" and not exact_sums:
         e.tree_plan, e.ml_opset = plan_forests(steps)
     for node in steps:
         lower = LOWERINGS.get(node.op)
@@ -328,18 +328,33 @@ def _expected(compiled: Any, method: str, X: np.ndarray) -> np.ndarray:
 def export_onnx(compiled: Any, path: str | os.PathLike, *, opset: int | None = None,
                 batch: Any = "dynamic", ml_ops: str = "auto", methods: Any = None,
                 sample: Any = None, validate_rows: bool = True,
-                input_dtype: str = "float64") -> ExportReport:
+                input_dtype: str = "float64", exact_sums: bool | None = None) -> ExportReport:
     """Write ``compiled``'s program as an ONNX model at ``path`` after checking it
     (``onnx.checker``) and validating it in ONNX Runtime on ``sample`` (or generated rows).
     ``input_dtype``: "float64" (the default: exact for every source), "float32" (the file
     takes float32 and reproduces the compiled model on float32 arrays) or "auto" (float32
-    where the program reads its input only through float32-comparing forests)."""
+    where the program reads its input only through float32-comparing forests).
+    ``exact_sums``: True writes every forest's sum in the library's order and precision
+    (XGBoost's float32 sum bit for bit; per-class copies of vector-leaf forests), False the
+    faster one-traversal forms (docs/export.md: their bounds), None (default) the faster
+    forms unless they fail validation, then the exact ones."""
     onnx, _ = _require()
+    fast = not exact_sums
     model, taken = build_onnx(compiled, opset=opset, batch=batch, ml_ops=ml_ops,
-                              methods=methods, input_dtype=input_dtype)
+                              methods=methods, input_dtype=input_dtype, exact_sums=not fast)
     n_rows, deviations = 0, {}
     if validate_rows:
-        n_rows, deviations = validate(compiled, model, taken, sample)
+        try:
+            n_rows, deviations = validate(compiled, model, taken, sample)
+        except ValidationError:
+            if exact_sums is not None:
+                raise
+            # the one-traversal tree forms reorder or round sums: measured per model, and
+            # where their bound is not good enough here, the library's own order is written
+            model, taken = build_onnx(compiled, opset=opset, batch=batch, ml_ops=ml_ops,
+                                      methods=methods, input_dtype=input_dtype,
+                                      exact_sums=True)
+            n_rows, deviations = validate(compiled, model, taken, sample)
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
     onnx.save_model(model, tmp)

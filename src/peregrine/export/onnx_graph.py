@@ -32,11 +32,14 @@ def lowering(op: Op) -> Callable[[Lowering], Lowering]:
 class Emitter:
     """Appends ONNX nodes and constant initializers with unique names."""
 
-    def __init__(self, source: str, ml_ops: str) -> None:
+    def __init__(self, source: str, ml_ops: str, exact_sums: bool = False) -> None:
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
         self.source = source
         self.ml_ops = ml_ops
+        # trees: the library's sums in its order (per-tree CumSum, per-class copies) instead
+        # of the faster one-traversal forms (export_onnx(exact_sums=...), docs/export.md)
+        self.exact_sums = exact_sums
         self.dtypes: dict[str, int] = {}  # tensor name -> ONNX elem type, where known
         self.widths: dict[str, int | None] = {}  # tensor name -> columns, for IR node outputs
         # how each forest is written (onnx_trees.plan_forests) and the ai.onnx.ml opset

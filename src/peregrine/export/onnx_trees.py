@@ -152,7 +152,9 @@ def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
             e.dtypes[x] = TensorProto.FLOAT
         if (forest.sum_dtype == np.float32 and forest.value_width == 1
                 and forest.aggregation is Aggregation.SUM and forest.n_trees):
-            return _float32_sum(e, forest, x, thresholds)
+            if e.exact_sums:
+                return _float32_sum(e, forest, x, thresholds)
+            return _float32_direct(e, forest, x, thresholds)
         x = e.op("Cast", [x], to=TensorProto.DOUBLE)  # exact: float32 values, double sums
     elif forest.has_categorical:
         x = _categorical_codes(e, n, forest, x, np.float64)
@@ -220,6 +222,20 @@ def _float32_sum(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> 
         running = e.op("CumSum", [cols, axis])
         parts.append(e.columns(running, len(trees) - 1, len(trees)))
     out = parts[0] if len(parts) == 1 else e.op("Concat", parts, axis=1)
+    return e.op("Cast", [out], to=TensorProto.DOUBLE)
+
+
+def _float32_direct(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> str:
+    """XGBoost's float32 sum in one float32 TreeEnsemble: ONNX Runtime accumulates in the
+    thresholds' type, tree by tree from the first, so with the base margin folded into each
+    group's first tree this is the library's sum wherever ONNX Runtime walks a row's trees in
+    order (one thread, or batches it splits by rows); where it splits one row's trees over
+    threads (few rows, more than 80 trees, several intra-op threads) the partial sums are
+    added in another order (float32 reassociation)."""
+    value = _fold_base(forest, np.float32)
+    x32 = x if e.dtypes.get(x) == TensorProto.FLOAT else e.op("Cast", [x], to=TensorProto.FLOAT)
+    out = e.op("TreeEnsemble", [x32], domain="ai.onnx.ml",
+               **tree_ensemble_attrs(forest, thresholds.astype(np.float32), values=value))
     return e.op("Cast", [out], to=TensorProto.DOUBLE)
 
 
