@@ -134,8 +134,21 @@ class _NamedBytes(io.BytesIO):
         return f"<artifact bytes ({len(self.getbuffer())} bytes)>"
 
 
+# every in-process backend runs every op (native and tvm run the ops without native code or
+# a TVM lowering through their NumPy rules: docs/native.md, docs/tvm.md)
+IN_PROCESS_BACKENDS = ("reference", "native", "torch", "torchscript", "tvm")
+
+
+def _backends(model_name: str) -> dict[str, str]:
+    from peregrine.export.support import onnx_export_support
+
+    return {**{b: "yes" for b in IN_PROCESS_BACKENDS},
+            "onnx-export": onnx_export_support(model_name)}
+
+
 def supported_models() -> list[dict[str, Any]]:
-    """One row per supported estimator class: name, library, methods, notes."""
+    """One row per supported estimator class: name, library, methods, notes, and
+    ``backends``: for each backend and the ONNX export, "yes", "partial: ..." or "no: ..."."""
     load_all()
     rows = []
     for entry in FRONTENDS:
@@ -145,5 +158,6 @@ def supported_models() -> list[dict[str, Any]]:
             "library": entry.info.get("library", ""),
             "methods": list(entry.info.get("methods", ())),
             "notes": entry.info.get("notes", ""),
+            "backends": _backends(entry.key.__name__),
         })
     return sorted(rows, key=lambda r: (r["library"], r["model"]))

@@ -147,3 +147,25 @@ def test_opset_too_old_names_the_ops_and_backends(tmp_path):
     with pytest.raises(UnsupportedModelError, match=r"opset 17.*ReduceSum.*reference, torch"):
         export_onnx(compiled, path, opset=17)
     assert not path.exists()
+
+
+def test_support_table_matches_refusals():
+    """supported_models()'s onnx-export field (export/support.py) names every op the refusal
+    list names, and only ops the exporter has no lowering for (category maps: lowered, but
+    their string / pandas category inputs are not exported)."""
+    from peregrine.export import onnx_kernels, onnx_ops, onnx_trees  # noqa: F401
+    from peregrine.export.onnx_graph import LOWERINGS
+    from peregrine.export.support import NOT_EXPORTED
+    from peregrine.ir.ops import Op
+
+    table_ops = {part for op, _ in NOT_EXPORTED.values() for part in op.split("/")}
+    refused_ops = {p.split()[1] for p in _REFUSALS if p.startswith("op ")}
+    assert refused_ops <= table_ops, sorted(refused_ops - table_ops)
+    lowered = {op.value for op in LOWERINGS}
+    assert (table_ops & lowered) == {"category_map"}
+    rows = {r["model"]: r["backends"] for r in peregrine.supported_models()}
+    assert set(NOT_EXPORTED) <= set(rows), sorted(set(NOT_EXPORTED) - set(rows))
+    assert rows["RandomForestClassifier"]["onnx-export"] == "yes"
+    assert rows["KNeighborsClassifier"]["onnx-export"] == "no: op knn"
+    assert rows["SVC"]["onnx-export"].startswith("partial: not with probability=True")
+    assert all(v == "yes" for k, v in rows["SVC"].items() if k != "onnx-export")

@@ -17,10 +17,21 @@ END = "<!-- supported-models:end -->"
 
 
 def render() -> str:
-    lines = ["| Library | Model | Methods | Notes |", "|---|---|---|---|"]
-    for row in supported_models():
+    rows = supported_models()
+    in_process = [b for b in rows[0]["backends"] if b != "onnx-export"] if rows else []
+    lines = ["| Library | Model | Methods | ONNX export | Notes |", "|---|---|---|---|---|"]
+    for row in rows:
         methods = ", ".join(f"`{m}`" for m in row["methods"])
-        lines.append(f"| {row['library']} | `{row['model']}` | {methods} | {row['notes']} |")
+        onnx = row["backends"]["onnx-export"]
+        lines.append(f"| {row['library']} | `{row['model']}` | {methods} | {onnx} | "
+                     f"{row['notes']} |")
+    everywhere = all(all(r["backends"][b] == "yes" for b in in_process) for r in rows)
+    if everywhere:  # one line instead of five identical columns
+        lines.append("")
+        lines.append(f"Every class runs on every in-process backend ({', '.join(in_process)}; "
+                     "`supported_models()[i]['backends']`). The ONNX export takes a numeric "
+                     "matrix: string and pandas category input columns are not exported for "
+                     "any class ([docs/export.md](docs/export.md)).")
     return "\n".join(lines)
 
 

@@ -1,0 +1,44 @@
+"""Which model classes the ONNX export writes (``supported_models()``'s ``onnx-export``
+field): every class whose programs use only ops with an ONNX lowering. The classes below
+build programs with ops that have none (``onnx_graph.LOWERINGS``), always or in one
+configuration; their export raises ``UnsupportedModelError`` naming the op. The table follows
+the conformance suite through the exported file (tests/conformance/test_exported_onnx.py's
+REFUSED list, which ``test_support_table_matches_refusals`` checks it against). Plain data:
+importing it loads no ONNX package."""
+
+from __future__ import annotations
+
+# class name -> (op without an ONNX lowering, when: "" = always, else the configuration)
+NOT_EXPORTED: dict[str, tuple[str, str]] = {
+    "KNeighborsClassifier": ("knn", ""),
+    "KNeighborsRegressor": ("knn", ""),
+    "KNNImputer": ("knn_impute", ""),
+    "QuantileTransformer": ("quantile", ""),
+    "PowerTransformer": ("power", ""),
+    "SplineTransformer": ("bspline", ""),
+    "AdaBoostRegressor": ("weighted_median", ""),
+    "CalibratedClassifierCV": ("interp", "method='isotonic'"),
+    "SVC": ("svm_proba", "probability=True"),
+    "NuSVC": ("svm_proba", "probability=True"),
+    "TorchStep": ("dense/activation/batch_norm", ""),
+    "NeuralNetClassifier": ("dense/activation/batch_norm", ""),
+    "NeuralNetBinaryClassifier": ("dense/activation/batch_norm", ""),
+    "NeuralNetRegressor": ("dense/activation/batch_norm", ""),
+    "CatBoost": ("category_map", "categorical features (hashed at the input)"),
+    "CatBoostClassifier": ("category_map", "categorical features (hashed at the input)"),
+    "CatBoostRegressor": ("category_map", "categorical features (hashed at the input)"),
+    "CatBoostRanker": ("category_map", "categorical features (hashed at the input)"),
+    "XGBClassifier": ("category_map", "pandas category columns"),
+    "XGBRegressor": ("category_map", "pandas category columns"),
+    "LGBMClassifier": ("category_map", "pandas category columns"),
+    "LGBMRegressor": ("category_map", "pandas category columns"),
+}
+
+
+def onnx_export_support(model_name: str) -> str:
+    """"yes", "partial: ..." (not in one configuration) or "no: op ..." for a class."""
+    entry = NOT_EXPORTED.get(model_name)
+    if entry is None:
+        return "yes"
+    op, when = entry
+    return f"partial: not with {when} (op {op})" if when else f"no: op {op}"
