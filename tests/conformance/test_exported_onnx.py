@@ -60,7 +60,7 @@ _REFUSALS: dict[str, tuple[str, ...]] = {
     r"op svm_proba \(IR node": (
         "kernel-svc-rbf-2c-proba", "kernel-svc-linear-3c-proba", "kernel-svc-rbf-4c-proba-ovo",
         "kernel-nusvc-rbf-3c-proba", "kernel-pipe-scale-svc"),
-    # KNN, KNN_IMPUTE, QUANTILE, POWER, BSPLINE, INTERP, WEIGHTED_MEDIAN: no ONNX
+    # KNN, KNN_IMPUTE, QUANTILE, BSPLINE, INTERP, WEIGHTED_MEDIAN: no ONNX
     # lowering yet (each refuses naming itself)
     r"op knn \(IR node": (
         "kernel-knn-uniform-euclidean", "kernel-knn-uniform-manhattan",
@@ -74,7 +74,6 @@ _REFUSALS: dict[str, tuple[str, ...]] = {
         "kernel-pipe-scale-kpca-knn"),
     r"op knn_impute": ("tf-knn-imputer-uniform", "tf-knn-imputer-distance"),
     r"op quantile": ("tf-quantile-uniform", "tf-quantile-normal", "tf-quantile-normal-full"),
-    r"op power": ("tf-power-yj", "tf-power-yj-raw", "tf-power-boxcox", "tf-power-boxcox-raw"),
     r"op bspline": ("tf-spline-constant", "tf-spline-linear-d1", "tf-spline-linear-d3",
                     "tf-spline-continue", "tf-spline-periodic", "tf-spline-error",
                     "tf-spline-nan-zeros"),
@@ -156,7 +155,6 @@ def test_support_table_matches_refusals():
     from peregrine.export import onnx_kernels, onnx_ops, onnx_trees  # noqa: F401
     from peregrine.export.onnx_graph import LOWERINGS
     from peregrine.export.support import NOT_EXPORTED
-    from peregrine.ir.ops import Op
 
     table_ops = {part for op, _ in NOT_EXPORTED.values() for part in op.split("/")}
     refused_ops = {p.split()[1] for p in _REFUSALS if p.startswith("op ")}

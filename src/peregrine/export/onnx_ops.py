@@ -252,7 +252,7 @@ _UFUNCS = {
     "sin": lambda e, x: e.op("Sin", [x]),
     "cos": lambda e, x: e.op("Cos", [x]),
     "log1p": lambda e, x: _log1p(e, x),
-    "expm1": lambda e, x: e.op("Sub", [e.op("Exp", [x]), e.const(np.asarray(1.0))]),
+    "expm1": lambda e, x: _expm1(e, x),
     "exp2": lambda e, x: e.op("Pow", [e.const(np.asarray(2.0)), x]),
     "log2": lambda e, x: e.op("Div", [e.op("Log", [x]), e.const(np.asarray(_LN2))]),
     "log10": lambda e, x: e.op("Div", [e.op("Log", [x]), e.const(np.asarray(_LN10))]),
@@ -370,6 +370,54 @@ def _log1p(e: Emitter, z: str) -> str:
     out = e.op("Where", [e.op("Equal", [w, one]), z, ratio])
     inf = e.const(np.asarray(np.inf))
     return e.op("Where", [e.op("Equal", [w, inf]), inf, out])
+
+
+def _expm1(e: Emitter, x: str) -> str:
+    """expm1 without the cancellation of exp(x) - 1: u = exp(x), then x where u == 1, -1 where
+    u - 1 == -1, else (u - 1) * x / log(u) (Kahan's formula: the rounding errors of u - 1 and
+    log(u) cancel; within a few ulps); +inf stays +inf (inf / inf would be NaN)."""
+    one = e.const(np.asarray(1.0))
+    u = e.op("Exp", [x])
+    um1 = e.op("Sub", [u, one])
+    ratio = e.op("Div", [e.op("Mul", [um1, x]), e.op("Log", [u])])
+    out = e.op("Where", [e.op("Equal", [um1, e.const(np.asarray(-1.0))]), um1, ratio])
+    out = e.op("Where", [e.op("Equal", [u, one]), x, out])
+    inf = e.const(np.asarray(np.inf))
+    return e.op("Where", [e.op("Equal", [u, inf]), inf, out])
+
+
+@lowering(Op.POWER)
+def lower_power(e: Emitter, n: Any, ins: list[str]) -> str:
+    """Yeo-Johnson / Box-Cox with the rule's branches (semantics.transformers.yeo_johnson,
+    box_cox), per column through constant masks: every branch is computed and Where picks the
+    rule's (the others' NaN or inf are discarded); log1p and expm1 as above (a few ulps)."""
+    x = ins[0]
+    lam = np.asarray(n.attrs.lambdas, np.float64).reshape(1, -1)
+    eps = float(np.finfo(np.float64).eps)
+
+    def k(v: Any) -> str:
+        return e.const(np.asarray(v, np.float64))
+
+    if n.attrs.method == "yeo-johnson":
+        lp = _log1p(e, x)
+        pos_pow = e.op("Div", [_expm1(e, e.op("Mul", [k(lam), lp])), k(lam)])
+        pos = e.op("Where", [e.const(np.abs(lam) < eps), lp, pos_pow])
+        ln = _log1p(e, e.op("Neg", [x]))
+        two = 2.0 - lam
+        neg_pow = e.op("Neg", [e.op("Div", [_expm1(e, e.op("Mul", [k(two), ln])), k(two)])])
+        neg = e.op("Where", [e.const(np.abs(lam - 2.0) > eps), neg_pow,
+                                  e.op("Neg", [ln])])
+        return e.op("Where", [e.op("GreaterOrEqual", [x, k(0.0)]), pos, neg])
+    logx = e.op("Log", [x])
+    lx = e.op("Mul", [k(lam), logx])
+    with np.errstate(divide="ignore"):
+        log_abs = np.log(np.abs(lam))
+        inv = np.where(lam != 0, 1.0 / np.where(lam != 0, lam, 1.0), 0.0)
+    scaled = e.op("Exp", [e.op("Sub", [lx, k(log_abs)])])
+    big = e.op("Sub", [e.op("Mul", [k(np.sign(lam)), scaled]), k(inv)])
+    small = e.op("Div", [_expm1(e, lx), k(lam)])
+    out = e.op("Where", [e.op("Less", [lx, k(709.78)]), small, big])
+    return e.op("Where", [e.const(np.abs(lam) < 1e-19), logx, out])
 
 
 def _log_add_exp(e: Emitter, x: str, y: str) -> str:

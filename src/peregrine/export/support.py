@@ -14,7 +14,6 @@ NOT_EXPORTED: dict[str, tuple[str, str]] = {
     "KNeighborsRegressor": ("knn", ""),
     "KNNImputer": ("knn_impute", ""),
     "QuantileTransformer": ("quantile", ""),
-    "PowerTransformer": ("power", ""),
     "SplineTransformer": ("bspline", ""),
     "AdaBoostRegressor": ("weighted_median", ""),
     "CalibratedClassifierCV": ("interp", "method='isotonic'"),
