@@ -157,3 +157,22 @@ def test_wide_inputs_side_by_side_refused():
         [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [None, 4])])
     with pytest.raises(UnsupportedModelError, match="one column per input"):
         peregrine.compile(helper.make_model(graph), backend="reference")
+
+
+def test_label_encoder_opset4_tensors():
+    """ai.onnx.ml 4's keys_tensor / values_tensor / default_tensor forms."""
+    from onnx import numpy_helper
+
+    node = helper.make_node(
+        "LabelEncoder", ["s"], ["Y"], domain="ai.onnx.ml",
+        keys_tensor=numpy_helper.from_array(np.array(["a", "b", "Ünï"], dtype=object)),
+        values_tensor=numpy_helper.from_array(np.array([4, 5, 6], dtype=np.int64)),
+        default_tensor=numpy_helper.from_array(np.array([-9], dtype=np.int64)))
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("s", TensorProto.STRING, [None, 1])],
+        [helper.make_tensor_value_info("Y", TensorProto.INT64, [None, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18),
+                                                    helper.make_opsetid("ai.onnx.ml", 4)])
+    want = _ort(model, WORDS)[0]
+    got = peregrine.compile(model, backend="reference").predict(WORDS)
+    np.testing.assert_array_equal(np.ravel(got), np.ravel(want))
