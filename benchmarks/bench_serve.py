@@ -149,8 +149,49 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
+_WRK_DONE = [
+    "done = function(summary, latency, requests)",
+    '  io.write(string.format("JSON {\\"requests\\": %d, \\"non2xx\\": %d, '
+    '\\"connect\\": %d, \\"read\\": %d, \\"write\\": %d, \\"timeout\\": %d, '
+    '\\"p50_ms\\": %.3f, \\"p99_ms\\": %.3f, \\"seconds\\": %.3f}\\n", '
+    "summary.requests, summary.errors.status, summary.errors.connect, "
+    "summary.errors.read, summary.errors.write, summary.errors.timeout, "
+    "latency:percentile(50) / 1000, latency:percentile(99) / 1000, "
+    "summary.duration / 1e6))",
+    "end",
+]
+
+
+def _run_wrk(url: str, lua: list[str], duration: float, connections: int) -> dict:
+    """wrk -t1 with a Lua script: requests/s, p50/p99 (ms), failures (non-2xx + socket
+    errors), requests."""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write("\n".join(lua + _WRK_DONE))
+        script = f.name
+    try:
+        out = subprocess.run(
+            ["wrk", "-t1", f"-c{connections}", f"-d{duration:.0f}s", "--timeout", "5s",
+             "-s", script, url],
+            capture_output=True,
+            text=True,
+            timeout=duration + 60,
+            check=True,
+        ).stdout  # fmt: skip
+    finally:
+        os.unlink(script)
+    doc = json.loads(re.search(r"^JSON (.*)$", out, re.M).group(1))
+    failures = doc["non2xx"] + doc["connect"] + doc["read"] + doc["write"] + doc["timeout"]
+    return {
+        "rps": doc["requests"] / doc["seconds"],
+        "p50_ms": doc["p50_ms"],
+        "p99_ms": doc["p99_ms"],
+        "requests": doc["requests"],
+        "failures": failures,
+    }
+
+
 def _wrk(url: str, rows: np.ndarray, duration: float, connections: int = CONNECTIONS) -> dict:
-    """wrk -t1: requests/s, p50/p99 (ms), failures (non-2xx + socket errors), requests."""
+    """Single-row JSON bodies (256 different rows in turn) posted to predict_proba."""
     bodies = [json.dumps({"rows": [r.tolist()]}) for r in rows[:256]]
     lua = ["bodies = {"]
     lua += ["  " + json.dumps(b) + "," for b in bodies]  # JSON strings are valid Lua strings
@@ -163,48 +204,20 @@ def _wrk(url: str, rows: np.ndarray, duration: float, connections: int = CONNECT
         "  i = (i % #bodies) + 1",
         "  return wrk.format(nil, nil, nil, bodies[i])",
         "end",
-        "done = function(summary, latency, requests)",
-        '  io.write(string.format("JSON {\\"requests\\": %d, \\"non2xx\\": %d, '
-        '\\"connect\\": %d, \\"read\\": %d, \\"write\\": %d, \\"timeout\\": %d, '
-        '\\"p50_ms\\": %.3f, \\"p99_ms\\": %.3f, \\"seconds\\": %.3f}\\n", '
-        "summary.requests, summary.errors.status, summary.errors.connect, "
-        "summary.errors.read, summary.errors.write, summary.errors.timeout, "
-        "latency:percentile(50) / 1000, latency:percentile(99) / 1000, "
-        "summary.duration / 1e6))",
-        "end",
     ]
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
-        f.write("\n".join(lua))
-        script = f.name
-    try:
-        out = subprocess.run(
-            [
-                "wrk",
-                "-t1",
-                f"-c{connections}",
-                f"-d{duration:.0f}s",
-                "--timeout",
-                "5s",
-                "-s",
-                script,
-                f"{url}/v1/predict_proba",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=duration + 60,
-            check=True,
-        ).stdout
-    finally:
-        os.unlink(script)
-    doc = json.loads(re.search(r"^JSON (.*)$", out, re.M).group(1))
-    failures = doc["non2xx"] + doc["connect"] + doc["read"] + doc["write"] + doc["timeout"]
-    return {
-        "rps": doc["requests"] / doc["seconds"],
-        "p50_ms": doc["p50_ms"],
-        "p99_ms": doc["p99_ms"],
-        "requests": doc["requests"],
-        "failures": failures,
-    }
+    return _run_wrk(f"{url}/v1/predict_proba", lua, duration, connections)
+
+
+def _wrk_body(url: str, path: str, content_type: str, duration: float, connections: int) -> dict:
+    """The same binary body (read from ``path``) posted over and over."""
+    lua = [
+        f"local f = assert(io.open({json.dumps(path)}, 'rb'))",
+        'wrk.body = f:read("*a")',
+        "f:close()",
+        'wrk.method = "POST"',
+        f'wrk.headers["Content-Type"] = "{content_type}"',
+    ]
+    return _run_wrk(f"{url}/v1/predict_proba", lua, duration, connections)
 
 
 def _metric(text: str, name: str) -> float:
@@ -326,13 +339,13 @@ def bench_http(args, workdir: str, model, model_json: str, artifact: str, X) -> 
         try:
             url = _announced_url(proc)
             _wait_ready(url)
-            res["bulk"] = bench_bulk(url, artifact, X, args.bulk_rows)
+            res["bulk"] = bench_bulk(url, artifact, X, args.bulk_rows, args.duration)
         finally:
             _stop(proc)
     return res
 
 
-def bench_bulk(url: str, artifact: str, X, total_rows: int) -> dict:
+def bench_bulk(url: str, artifact: str, X, total_rows: int, wrk_seconds: float = 10) -> dict:
     import httpx
     import pyarrow as pa
 
@@ -370,6 +383,14 @@ def bench_bulk(url: str, artifact: str, X, total_rows: int) -> dict:
             return time.perf_counter() - t0, failures
 
     seconds, failures = asyncio.run(run())
+    # the same bodies from wrk (compiled C; it does not read the answers, which the httpx run
+    # above checked): what the server sustains when the client costs little of the two cores
+    with tempfile.NamedTemporaryFile(suffix=".arrows", delete=False) as f:
+        f.write(body)
+    try:
+        by_wrk = _wrk_body(url, f.name, headers["Content-Type"], wrk_seconds, 4)
+    finally:
+        os.unlink(f.name)
     compiled = peregrine.load(artifact)
     compiled.predict_proba(block)
     t0 = time.perf_counter()
@@ -383,6 +404,11 @@ def bench_bulk(url: str, artifact: str, X, total_rows: int) -> dict:
         "inproc_rows_per_s": rows / local,
         "fraction": local / seconds,
         "failures": failures,
+        "wrk_rows_per_s": by_wrk["rps"] * 10_000,
+        "wrk_fraction": by_wrk["rps"] * 10_000 * local / rows,
+        "wrk_requests": by_wrk["requests"],
+        "wrk_failures": by_wrk["failures"],
+        "load_average": os.getloadavg()[0],
     }
     print(f"  bulk: {out}", flush=True)
     return out
@@ -425,7 +451,7 @@ def bench_soak(args, artifact: str, X) -> dict:
     out: dict = {"rate": args.rate, "seconds": args.soak}
 
     async def load(seconds: float, stop_at: float | None = None) -> dict:
-        counts = {"ok": 0, "refused": 0, "lost": 0, "other": 0}
+        counts: dict = {"ok": 0, "refused": 0, "closed_unread": 0, "lost": 0, "other": 0}
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         async with httpx.AsyncClient(timeout=30, limits=limits) as client:
 
@@ -437,8 +463,14 @@ def bench_soak(args, artifact: str, X) -> dict:
                     counts["ok" if r.status_code == 200 else "other"] += 1
                 except httpx.ConnectError:
                     counts["refused"] += 1  # not accepted: the server had stopped listening
-                except httpx.TransportError:
+                except httpx.RemoteProtocolError:
+                    # the server closed a keep-alive connection before it read this request
+                    # (uvicorn closes idle connections on SIGTERM; a request in flight on the
+                    # wire meets the close): never accepted, safe to retry, HTTP/1.1's race
+                    counts["closed_unread"] += 1
+                except httpx.TransportError as exc:
                     counts["lost"] += 1  # accepted, then dropped: must never happen
+                    counts.setdefault("lost_errors", []).append(repr(exc))
 
             tasks, t0, i = [], time.perf_counter(), 0
             while time.perf_counter() - t0 < seconds:
