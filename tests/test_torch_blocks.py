@@ -119,15 +119,18 @@ def test_no_blocks_on_small_batches():
 
 def test_float32_input_is_cast_once_only_where_every_reader_casts(small_blocks):
     """Blocks of a float32 batch are cast into one reused float64 buffer when every op reading
-    the input casts it first (a Binarizer; linear models); a tree ensemble compares in its input's own
-    precision, and a scaler on float32 computes in float32 as scikit-learn does (issue #11
-    item 6), so both keep receiving float32."""
+    the input casts it first (a Binarizer with a NumPy float64 threshold; linear models); a
+    tree ensemble compares in its input's own precision, a scaler on float32 computes in
+    float32 as scikit-learn does (issue #11 item 6), and a Binarizer with a Python-number
+    threshold compares float32 X with float32(threshold) (NEP 50), so these keep receiving
+    float32."""
     from sklearn.ensemble import RandomForestClassifier
     from sklearn.preprocessing import Binarizer
 
     rf = RandomForestClassifier(n_estimators=4, max_depth=3, random_state=0).fit(X, Y)
     big = np.tile(X, (4, 1)).astype(np.float32)
-    for model, method, cast in ((Binarizer(threshold=0.1).fit(X), "transform", True),
+    for model, method, cast in ((Binarizer(threshold=np.float64(0.1)).fit(X), "transform", True),
+                                (Binarizer(threshold=0.1).fit(X), "transform", False),
                                 (StandardScaler().fit(X), "transform", False),
                                 (rf, "predict_proba", False)):
         compiled = peregrine.compile(model, "torch", options=OP_BY_OP)

@@ -131,12 +131,18 @@ def step_min_max_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
 def step_normalizer(est: Any, ctx: Context, flow: Flow) -> Flow:
     if est.norm not in ("l1", "l2", "max"):
         raise unsupported(est, f"norm={est.norm!r}", "l1, l2, max")
-    return _numeric(est, ctx, flow, Op.NORMALIZE, nan_ok=False, norm=est.norm)
+    # normalize(X) on a float32 X: float32 norms (NumPy's summation order), X /= norms
+    return _numeric(est, ctx, flow, Op.NORMALIZE, nan_ok=False, norm=est.norm,
+                    float32=_f32(flow, True))
 
 
 @register_step(Binarizer)
 def step_binarizer(est: Any, ctx: Context, flow: Flow) -> Flow:
-    return _numeric(est, ctx, flow, Op.BINARIZE, nan_ok=False, threshold=float(est.threshold))
+    # binarize: X > threshold on X's dtype. A Python number is cast to a float32 X's dtype
+    # (NEP 50), so float32(0.1) > 0.1 is False there; a NumPy scalar keeps its own dtype
+    weak = not isinstance(est.threshold, np.generic)
+    return _numeric(est, ctx, flow, Op.BINARIZE, nan_ok=False, threshold=float(est.threshold),
+                    float32=_f32(flow, weak))
 
 
 @register_step(FunctionTransformer)
@@ -151,7 +157,8 @@ def step_function_transformer(est: Any, ctx: Context, flow: Flow) -> Flow:
         raise unsupported(est, f"func={func!r}", "None or numpy ufuncs " + ", ".join(UFUNCS))
     if est.validate:
         ctx.reject_nan(flow)
-    return _numeric(est, ctx, flow, Op.UFUNC, name=name)
+    # a float32 X stays float32 (validate=True keeps float32 too): NumPy's float32 loop
+    return _numeric(est, ctx, flow, Op.UFUNC, name=name, float32=_f32(flow, True))
 
 
 @register_step(PolynomialFeatures)
@@ -160,7 +167,9 @@ def step_polynomial(est: Any, ctx: Context, flow: Flow) -> Flow:
     powers = np.asarray(est.powers_, dtype=np.int64)
     check_no_strings(est, ctx, flow)
     ctx.reject_nan(flow)
-    node = ctx.g.add(Op.POLYNOMIAL, (flow.node,), width=powers.shape[0], powers=powers)
+    # transform fills an array of X's dtype: a float32 X rounds every product
+    node = ctx.g.add(Op.POLYNOMIAL, (flow.node,), width=powers.shape[0], powers=powers,
+                     float32=_f32(flow, True))
     return replace(flow, node=node, src=(None,) * powers.shape[0])
 
 

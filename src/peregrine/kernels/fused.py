@@ -28,7 +28,9 @@ DTYPES = ("float32", "float64")
 class RowKernel:
     """The outputs ``wanted`` of ``graph`` as one fused kernel per input dtype, built on first
     use of that dtype (``prepare`` builds them up front). ``fusable`` is False when some node is
-    not a row-wise op the generator knows; callers then keep their own program."""
+    not a row-wise op the generator knows; callers then keep their own program. A graph may
+    fuse for float64 input and not for float32 (a step whose float32 form the generator does
+    not reproduce, e.g. NumPy's float32 exp): ``supports`` tells, per input dtype."""
 
     def __init__(self, graph: Graph, wanted: list[str], narrow: list[bool]) -> None:
         self._graph, self._wanted, self._narrow = graph, list(wanted), list(narrow)
@@ -60,10 +62,14 @@ class RowKernel:
                         tuple(zip(p.out_dtypes, p.out_widths)))
         return fn
 
+    def supports(self, dtype: Any) -> bool:
+        return self._plan(np.dtype(dtype).name) is not None
+
     def prepare(self, dtypes: tuple[str, ...] = DTYPES) -> None:
         """Compile now (errors surface at compile time; no first-call latency)."""
         for dtype in dtypes:
-            self._fn(dtype)
+            if self.supports(dtype):
+                self._fn(dtype)
 
     @property
     def symbols(self) -> dict[str, str]:

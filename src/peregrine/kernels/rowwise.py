@@ -36,6 +36,8 @@ from llvmlite import ir
 
 from peregrine.ir import Graph, Link, Op
 from peregrine.ir.semantics.pipeline import float32_params
+from peregrine.ir.semantics.row_sums import ADD as ROW_SUM_ADD
+from peregrine.ir.semantics.row_sums import row_sum_program
 from peregrine.kernels import vmath
 from peregrine.kernels.irutil import F32, F64, I1, I32, I64, PTR, gep
 
@@ -172,9 +174,13 @@ def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:
     if op is Op.CLIP and w == win:
         return {"op": "clip", "lo": float(a.low), "hi": float(a.high), "r32": r32}
     if op is Op.BINARIZE and w == win:
-        return {"op": "binarize", "t": float(a.threshold)}
+        return {"op": "binarize", "t": a.threshold_for(r32)}
     if op is Op.NORMALIZE and w == win and a.norm in ("l1", "l2", "max"):
-        return {"op": "normalize", "norm": a.norm, "uniform": a.zero == "uniform"}
+        step = {"op": "normalize", "norm": a.norm, "uniform": a.zero == "uniform", "r32": r32}
+        if a.norm != "max":  # NumPy's summation order in the rule's dtype (row_sums)
+            step["sum"] = row_sum_program("pairwise" if a.norm == "l1" else "einsum", w,
+                                          np.float32 if r32 else np.float64)
+        return step
     if op is Op.LINK and a.kind in LINKS and w == win:
         return {"op": "link", "kind": a.kind.value, "scale": float(a.scale)}
     if op is Op.BINARY_PROBA and w == 2:
@@ -184,7 +190,9 @@ def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:
     if op is Op.ARGMAX and w == 1:
         return {"op": "argmax"}
     if op is Op.UFUNC and a.name in UFUNCS and w == win:
-        return {"op": "ufunc", "f": UFUNCS[a.name]}
+        if r32 and a.name not in EXACT_UFUNCS:
+            return None  # NumPy's own float32 loop: the rule calls it
+        return {"op": "ufunc", "f": UFUNCS[a.name], "r32": r32}
     if op is Op.SELECT:
         cols = [int(c) for c in np.asarray(a.columns).reshape(-1)]
         if len(cols) != w or any(not 0 <= c < win for c in cols):
@@ -195,10 +203,10 @@ def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:
         if powers.shape != (w, win) or (powers < 0).any() or powers.sum(1).max(initial=0) > 8:
             return None
         # factors[t][k]: output k's t-th factor column (-1: none left, multiply by 1.0), in
-        # the rule's order (columns ascending, each repeated by its power)
-        terms = [[j for j in range(win) for _ in range(int(row[j]))] for row in powers]
+        # the rule's order (Polynomial.factors)
+        terms = a.factors()
         depth = max((len(t) for t in terms), default=0)
-        return {"op": "polynomial",
+        return {"op": "polynomial", "r32": r32,
                 "factors": [[t[i] if i < len(t) else -1 for t in terms] for i in range(depth)]}
     if op is Op.CONCAT and sum(widths) == w:
         return {"op": "concat", "r32": r32}
@@ -206,7 +214,12 @@ def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:
 
 
 # ops whose float32 form (``Attrs.float32_out``) the emitter reproduces
-R32_OPS = frozenset({Op.SELECT, Op.CENTER_SCALE, Op.AFFINE, Op.CLIP, Op.CONCAT})
+R32_OPS = frozenset({Op.SELECT, Op.CENTER_SCALE, Op.AFFINE, Op.CLIP, Op.CONCAT, Op.BINARIZE,
+                     Op.NORMALIZE, Op.POLYNOMIAL, Op.UFUNC})
+# ufuncs whose float32 result is the float64 one rounded (correctly rounded operations, or
+# exact ones); the others' float32 loops are NumPy's own approximations, run by the rule
+EXACT_UFUNCS = frozenset({"sqrt", "absolute", "square", "negative", "reciprocal", "sign",
+                          "floor", "ceil", "rint", "trunc"})
 
 
 # ------------------------------------------------------------------------------ codegen --
@@ -427,6 +440,21 @@ class _Emitter:
         x = b.select(b.fcmp_ordered("<", x, lo), lo, x)
         return self.r32(s, b.select(b.fcmp_ordered(">", x, hi), hi, x))
 
+    def program_sum(self, s: dict, v: ir.Value) -> ir.Value:
+        """The lanes of ``v`` summed in the step's program order (ir/semantics/row_sums.py),
+        each sum rounded to float32 when the step computes in float32."""
+        b, stack = self.b, []
+        for step in s["sum"]:
+            if step == ROW_SUM_ADD:
+                right, left = stack.pop(), stack.pop()
+                total = b.fadd(left, right)
+                if s.get("r32"):
+                    total = b.fpext(b.fptrunc(total, F32), F64)
+                stack.append(total)
+            else:
+                stack.append(self.lane(v, step))
+        return stack.pop() if stack else ir.Constant(F64, 0.0)
+
     def op_binarize(self, s: dict, ins: list) -> ir.Value:
         w = s["w"]
         hit = self.b.fcmp_ordered(">", ins[0], self.const(s["t"], w))  # NaN -> 0
@@ -434,14 +462,18 @@ class _Emitter:
 
     def op_normalize(self, s: dict, ins: list) -> ir.Value:
         b, x, w = self.b, ins[0], s["w"]
-        if s["norm"] == "l1":
-            n = self.tree_sum(self.unary("fabs", x))
-        elif s["norm"] == "l2":
-            n = self.intrinsic("llvm.sqrt.f64", F64, [self.tree_sum(b.fmul(x, x))])
+        if s["norm"] == "l1":  # |x| summed in NumPy's order
+            n = self.program_sum(s, self.unary("fabs", x))
+        elif s["norm"] == "l2":  # squares summed as np.einsum does; a float32 sqrt rounds once
+            n = self.program_sum(s, self.r32(s, b.fmul(x, x)))
+            n = self.intrinsic("llvm.sqrt.f64", F64, [n])
+            if s.get("r32"):
+                n = b.fpext(b.fptrunc(n, F32), F64)
         else:
             n = self.reduce_max(self.unary("fabs", x))
         zero = b.fcmp_ordered("==", n, ir.Constant(F64, 0.0))
-        out = b.fdiv(x, self.splat(b.select(zero, ir.Constant(F64, 1.0), n), w))
+        # a float64 quotient of float32 numbers rounded once is the float32 quotient
+        out = self.r32(s, b.fdiv(x, self.splat(b.select(zero, ir.Constant(F64, 1.0), n), w)))
         if s["uniform"]:
             out = b.select(zero, self.const(1.0 / w, w), out)
         return out
@@ -499,7 +531,7 @@ class _Emitter:
         xs = [one[0] for one in ins]
         if s["f"] == "exp":
             return self.split(self.exp(self.joined(xs)), [x.type.count for x in xs])
-        return [self.unary(s["f"], x) for x in xs]
+        return [self.r32(s, self.unary(s["f"], x)) for x in xs]
 
     def op_select(self, s: dict, ins: list) -> ir.Value:
         x = ins[0]
@@ -514,7 +546,7 @@ class _Emitter:
         out = self.const(1.0, w)
         for slot in s["factors"]:
             mask = ir.Constant(ir.VectorType(I32, w), [j if j >= 0 else n for j in slot])
-            out = b.fmul(out, b.shuffle_vector(x, self.const(1.0, n), mask))
+            out = self.r32(s, b.fmul(out, b.shuffle_vector(x, self.const(1.0, n), mask)))
         return out
 
     def op_concat(self, s: dict, ins: list) -> ir.Value:

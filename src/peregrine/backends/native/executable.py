@@ -484,6 +484,8 @@ class NativeExecutable(Executable):
         and its fused ops through the few-rows kernel, then any remaining ops (argmax, ...)
         as their NumPy rules, without ``run``'s per-call planning."""
         rows = self._rows((output,))
+        if rows is not None and not all(rows.supports(d) for d in INPUT_DTYPES):
+            return None  # the generic path picks the kernel or the rules per input dtype
         if rows is not None:
             return checked_runner(rows, self.spec, self.options,
                                   partial(default_threads, self.options))
@@ -529,7 +531,8 @@ class NativeExecutable(Executable):
         if not isinstance(X, np.ndarray):
             X = X.detach().cpu().numpy()  # a torch tensor handed to a CPU backend
         rows = self._rows(outputs)
-        if rows is not None and X.ndim == 2 and X.dtype in INPUT_DTYPES and X.shape[0]:
+        if rows is not None and X.ndim == 2 and X.dtype in INPUT_DTYPES and X.shape[0] and \
+                rows.supports(X.dtype):
             res = rows.run(np.ascontiguousarray(X), default_threads(self.options))
             return dict(zip(outputs, res))
         plan = self._plan_for(outputs)

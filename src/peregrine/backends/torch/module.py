@@ -119,12 +119,15 @@ class FusedProgram(nn.Module):
         self.kernel = kernel
         self.fallback = fallback
         self.n_threads = n_threads
+        # input dtypes the kernel takes (a float32 form it does not reproduce: op by op)
+        self.dtypes = tuple(d for d in (torch.float32, torch.float64)
+                            if kernel.supports(str(d).replace("torch.", "")))
 
     def threads(self) -> int:
         return self.n_threads or torch.get_num_threads()
 
     def forward(self, x: Tensor) -> list[Tensor]:
-        if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or (
+        if x.device.type != "cpu" or x.dtype not in self.dtypes or (
                 x.dim() != 2 or x.shape[0] == 0):
             return self.fallback(x)
         arr = x.detach().contiguous().numpy()
@@ -284,7 +287,7 @@ class TorchExecutable(Executable):
     def runner(self, output: str) -> Any:
         """Fused programs: the kernel straight on numpy (no tensors, no thread pinning)."""
         program = self._program((output,))
-        if not isinstance(program, FusedProgram):
+        if not isinstance(program, FusedProgram) or len(program.dtypes) < 2:
             return None
         from peregrine.kernels.fused import checked_runner
 

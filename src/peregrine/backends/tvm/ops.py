@@ -20,6 +20,8 @@ from tvm.relax import op as R
 
 from peregrine.backends.tvm.trees import forest_constants, forest_walk, plan_forest
 from peregrine.ir import Link, Node, Op
+from peregrine.ir.semantics.row_sums import ADD as ROW_SUM_ADD
+from peregrine.ir.semantics.row_sums import row_sum_program
 from peregrine.options import CompileOptions, Precision
 
 
@@ -246,23 +248,37 @@ def lower_clip(ctx: Context, node: Node, ins: list) -> relax.Expr:
 
 @lowering(Op.NORMALIZE)
 def lower_normalize(ctx: Context, node: Node, ins: list) -> relax.Expr:
-    a, x = node.attrs, f64(ins[0])
-    if a.norm == "l1":
-        norm = R.sum(R.abs(x), axis=1, keepdims=True)
-    elif a.norm == "l2":
-        norm = R.sqrt(R.sum(R.multiply(x, x), axis=1, keepdims=True))
-    else:
+    """Norms summed in NumPy's order (row_sums: one column slice per program step), in
+    float32 on a float32 input with ``float32`` (sqrt and quotient round once, as NumPy's)."""
+    a, width = node.attrs, int(node.width)
+    dt = "float32" if a.float32 and dtype_of(ins[0]) == "float32" else "float64"
+    x = cast(ins[0], dt)
+    if a.norm == "max":
         norm = R.max(R.abs(x), axis=1, keepdims=True)
-    zero = R.equal(norm, const(0.0))
-    out = R.divide(x, R.where(zero, const(1.0), norm))
+    else:
+        values = R.abs(x) if a.norm == "l1" else R.multiply(x, x)
+        program = row_sum_program("pairwise" if a.norm == "l1" else "einsum", width, dt)
+        stack: list[relax.Expr] = []
+        for step in program:
+            if step == ROW_SUM_ADD:
+                right = stack.pop()
+                stack.append(R.add(stack.pop(), right))
+            else:
+                stack.append(R.strided_slice(values, axes=[1], begin=[step], end=[step + 1]))
+        norm = stack.pop()
+        if a.norm == "l2":
+            norm = R.sqrt(norm)
+    zero = R.equal(norm, const(0.0, dt))
+    out = R.divide(x, R.where(zero, const(1.0, dt), norm))
     if a.zero == "uniform":
-        out = R.where(zero, const(1.0 / int(relax.BlockBuilder.current().normalize(x).ty.shape[1])), out)
+        out = R.where(zero, const(1.0 / width, dt), out)
     return out
 
 
 @lowering(Op.BINARIZE)
 def lower_binarize(ctx: Context, node: Node, ins: list) -> relax.Expr:
-    return cast(R.greater(f64(ins[0]), const(float(node.attrs.threshold))), "float64")
+    t = node.attrs.threshold_for(dtype_of(ins[0]) == "float32")  # exact against float64 x
+    return cast(R.greater(f64(ins[0]), const(t)), "float64")
 
 
 @lowering(Op.IMPUTE)

@@ -24,6 +24,7 @@ from peregrine.ir.semantics.base import (
     per_column,
     some_inputs,
 )
+from peregrine.ir.semantics.row_sums import row_sum_program, run_program
 from peregrine.options import CompileOptions
 
 
@@ -169,40 +170,63 @@ class Clip(Attrs):
 class Normalize(Attrs):
     """Rows divided by their ``norm`` ("l1", "l2", "max"); a zero norm divides by 1
     (sklearn's _handle_zeros_in_scale), or with ``zero="uniform"`` an all-zero row becomes
-    1/width in every column (_predict_proba_lr)."""
+    1/width in every column (_predict_proba_lr). Norms are summed in NumPy's order
+    (``row_sums``). ``float32``: on a float32 input the norm is summed in float32 and the
+    quotient rounds to float32, as ``normalize`` computes on a float32 array."""
 
     norm: str
     zero: str = "one"
+    float32: bool = False
 
     def check(self, n: Any, ins: list) -> None:
         super().check(n, ins)
         choice(n, "norm", self.norm, ("l1", "l2", "max"))
         choice(n, "zero", self.zero, ("one", "uniform"))
 
+    def float32_out(self, ins_float32: list[bool]) -> bool:
+        return self.float32 and ins_float32[0]
+
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
-        x = f64(ins[0])
-        if self.norm == "l1":
-            n = np.abs(x).sum(axis=1)
-        elif self.norm == "l2":
-            n = np.sqrt(np.einsum("ij,ij->i", x, x))
-        else:
-            n = np.max(np.abs(x), axis=1)
+        r32 = float32_mode(ins[0], self.float32)
+        x = np.asarray(ins[0], F32) if r32 else f64(ins[0])
+        n = self.norms(x)
         zero = n == 0.0
-        out = x / np.where(zero, 1.0, n)[:, None]
+        out = x / np.where(zero, x.dtype.type(1.0), n)[:, None]  # float32 X: float32 quotient
         if self.zero == "uniform":
             out[zero] = 1.0 / x.shape[1]
         return out
 
+    def norms(self, x: np.ndarray) -> np.ndarray:
+        """Row norms in x's dtype, summed in NumPy's order on a C-ordered X (``row_sums``)."""
+        if self.norm == "max":
+            return np.max(np.abs(x), axis=1)
+        if self.norm == "l1":
+            return run_program(row_sum_program("pairwise", x.shape[1], x.dtype), np.abs(x))
+        return np.sqrt(run_program(row_sum_program("einsum", x.shape[1], x.dtype), x * x))
+
 
 @define(Op.BINARIZE)
 class Binarize(Attrs):
-    """(x > threshold) as 0.0/1.0."""
+    """(x > threshold) as 0.0/1.0. ``float32``: a float32 input is compared with the threshold
+    rounded to float32 (sklearn's ``X > threshold`` with a Python number threshold: NEP 50
+    casts the number to the array's dtype); a NumPy float64 threshold keeps float64."""
 
     PER_COLUMN = ()
 
     threshold: float = 0.0
+    float32: bool = False
+
+    def float32_out(self, ins_float32: list[bool]) -> bool:
+        return self.float32 and ins_float32[0]
+
+    def threshold_for(self, x_float32: bool) -> float:
+        """The float64 number a (float64-widened) input is compared with: exact both ways."""
+        t = float(self.threshold)
+        return float(F32(t)) if self.float32 and x_float32 else t
 
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        if float32_mode(ins[0], self.float32):
+            return (ins[0] > F32(self.threshold)).astype(F32)
         return (f64(ins[0]) > float(self.threshold)).astype(np.float64)
 
 
@@ -360,9 +384,12 @@ class CategoryMap(Attrs):
 
 @define(Op.POLYNOMIAL)
 class Polynomial(Attrs):
-    """powers (n_out, n_in): out_k = prod_j x_j ** p_kj, as repeated products."""
+    """powers (n_out, n_in): out_k = prod_j x_j ** p_kj, as repeated products in the order
+    PolynomialFeatures multiplies (``factors``). ``float32``: on a float32 input each product
+    rounds to float32 (np.multiply into the float32 output array)."""
 
     powers: Any
+    float32: bool = False
 
     def check(self, n: Any, ins: list) -> None:
         super().check(n, ins)
@@ -373,14 +400,31 @@ class Polynomial(Attrs):
     def infer_width(self, widths: list) -> int:
         return int(np.shape(self.powers)[0])
 
-    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
-        x = f64(ins[0])
+    def float32_out(self, ins_float32: list[bool]) -> bool:
+        return self.float32 and ins_float32[0]
+
+    def factors(self) -> list[list[int]]:
+        """Per output, its factor columns in multiplication order. PolynomialFeatures builds a
+        degree-d term as a degree-(d-1) term times the term's lowest feature, so a term's
+        factors go from its highest column down: x_a x_b x_c (a <= b <= c) is
+        (x_c * x_b) * x_a. The first product commutes; from the third factor on the order
+        changes the rounding (measured: 16,956 of 60,000 degree-3 values off by an ulp with
+        columns ascending)."""
         powers = np.asarray(self.powers, dtype=np.int64)
-        out = np.ones((x.shape[0], powers.shape[0]), dtype=np.float64)
-        for k, row in enumerate(powers):
-            for j in np.flatnonzero(row):
-                for _ in range(int(row[j])):  # repeated products, as sklearn multiplies
-                    out[:, k] = out[:, k] * x[:, j]
+        return [[int(j) for j in np.flatnonzero(row)[::-1] for _ in range(int(row[j]))]
+                for row in powers]
+
+    def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        r32 = float32_mode(ins[0], self.float32)
+        x = np.asarray(ins[0], F32) if r32 else f64(ins[0])
+        factors = self.factors()
+        out = np.ones((x.shape[0], len(factors)), dtype=x.dtype)
+        for k, cols in enumerate(factors):
+            if cols:
+                acc = x[:, cols[0]].copy()
+                for j in cols[1:]:
+                    acc = acc * x[:, j]  # in x's dtype: float32 rounds every product
+                out[:, k] = acc
         return out
 
 
@@ -391,13 +435,18 @@ class Ufunc(Attrs):
     PER_COLUMN = ()
 
     name: str
+    float32: bool = False  # a float32 input: NumPy's float32 loop (FunctionTransformer)
 
     def check(self, n: Any, ins: list) -> None:
         super().check(n, ins)
         if self.name not in UFUNCS:
             raise bad(n, f"ufunc {self.name!r} not in UFUNCS")
 
+    def float32_out(self, ins_float32: list[bool]) -> bool:
+        return self.float32 and ins_float32[0]
+
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
         with np.errstate(all="ignore"):  # log(-1) -> NaN, as numpy (sklearn does not check)
+            if float32_mode(ins[0], self.float32):  # NumPy's own float32 loop, as sklearn
+                return getattr(np, self.name)(np.asarray(ins[0], F32))
             return getattr(np, self.name)(f64(ins[0]))
-
