@@ -22,10 +22,12 @@ TILE_SLACK = 2 * BYTES  # the last register pair of a walk group may read past i
 
 
 class BinnedWalks:
-    def bin_feature(self, x: ir.Value, f32: ir.Value) -> ir.Value:
+    def bin_feature(self, x: ir.Value, f32: ir.Value, nan_bin: ir.Value | None = None
+                    ) -> ir.Value:
         """bin(x) = rank_base + #{thresholds < x} per lane for feature ``f32`` (a scalar): 8
         halving steps over BIN_SLOTS sorted thresholds padded with +inf, so the search needs no
-        length (a rank_base of 1 keeps rank 0 free for NaN thresholds)."""
+        length (a rank_base of 1 keeps rank 0 free for NaN thresholds). ``nan_bin``: the lanes'
+        bin for NaN when not NAN_BIN (OBLIVIOUS_BINNED folds the NaN direction into it)."""
         b, v = self.b, self.v
         base = v.splat(b.mul(f32, ir.Constant(I32, BIN_SLOTS)))
         pos = v.const(I32, 0)
@@ -37,7 +39,8 @@ class BinnedWalks:
             step //= 2
         if self.spec.rank_base:
             pos = b.add(pos, v.const(I32, self.spec.rank_base))
-        return b.select(b.fcmp_unordered("uno", x, x), v.const(I32, NAN_BIN), pos)
+        nan = v.const(I32, NAN_BIN) if nan_bin is None else nan_bin
+        return b.select(b.fcmp_unordered("uno", x, x), nan, pos)
 
     def store_bins(self, dst: ir.Value, k: int, f32: ir.Value, x: ir.Value) -> None:
         b, v = self.b, self.v

@@ -29,6 +29,7 @@ from llvmlite import ir
 
 from peregrine.backends.native.binned import TILE_SLACK, BinnedWalks
 from peregrine.backends.native.epilogue import Interpreter
+from peregrine.backends.native.oblivious import ObliviousBinnedWalks
 from peregrine.backends.native.walks import Walks
 from peregrine.kernels.irutil import (
     F64,
@@ -59,7 +60,7 @@ CACHE_ROWS_BYTES = 64 << 10  # stack buffer for a transposed row tile (see Sched
 
 @dataclass(frozen=True)
 class KernelSpec:
-    layout: str  # "perfect" | "sparse" | "binned" | "oblivious" (representations.py)
+    layout: str  # "perfect" | "sparse" | "binned" | "oblivious" | "oblivious_binned"
     depth: int  # PERFECT/BINNED: levels walked (0 for SPARSE: its walks read the depth per tree)
     x_dtype: str
     cmp_dtype: str
@@ -108,7 +109,7 @@ def build_module(spec: KernelSpec, triple: str = "") -> ir.Module:
     return module
 
 
-class _Kernel(Walks, BinnedWalks):
+class _Kernel(Walks, BinnedWalks, ObliviousBinnedWalks):
     def __init__(self, module: ir.Module, fn: ir.Function, spec: KernelSpec) -> None:
         self.spec = spec
         entry = fn.append_basic_block("entry")
@@ -140,7 +141,10 @@ class _Kernel(Walks, BinnedWalks):
         self.acc1 = self.loops.var(ir.ArrayType(self.st, spec.n_outputs), name="acc1")
         self.by_rows = spec.lanes == "rows"
         self.cache_rows = spec.cache_rows and spec.vector_width > 1 and self.by_rows
-        self.binned = spec.layout == "binned"
+        # OBLIVIOUS_BINNED reads the same byte tile, laid out [group][feature][64 rows]
+        self.oblivious_binned = spec.layout == "oblivious_binned"
+        self.binned = spec.layout == "binned" or self.oblivious_binned
+        self.st_bytes = 8 if self.st is F64 else 4
         # levels whose input comes from whole-row loads and selects: a binned level-2 lookup
         # costs four byte permutes, more than four loads and three selects
         self.contiguous_levels = 2 if self.binned else CONTIGUOUS_LEVELS
@@ -210,9 +214,16 @@ class _Kernel(Walks, BinnedWalks):
         """Copy one block's rows into the tile transposed, converted to the compare dtype, so
         that the first levels read contiguous vectors and no walk converts again."""
         b, v, K, V = self.b, self.v, self.spec.interleave, self.spec.vector_width
-        _, offs = self.rows(r)
         xb = gep(b, self.X, [b.mul(r, self.stride)], source_etype=self.xt)
         dst = self.tile_block(r, r0)
+        if self.oblivious_binned:
+            self.xb_fill = xb
+            nvalid = b.trunc(imin(b, ir.Constant(I64, V * K), b.sub(self.re, r)), I32)
+            self.loops.range(ir.Constant(I64, 0), self.d["n_features"], ir.Constant(I64, 1),
+                             lambda f: self.fill_oblivious(dst, nvalid, b.trunc(f, I32)),
+                             "feat")
+            return
+        _, offs = self.rows(r)
 
         def copy(f):
             f32 = b.trunc(f, I32)
@@ -312,6 +323,10 @@ class _Kernel(Walks, BinnedWalks):
     def tree(self, t: ir.Value) -> None:
         s, b, v = self.spec, self.b, self.v
         at = lambda name: b.load(gep(b, self.d[name], [t], source_etype=I32), typ=I32)  # noqa: E731
+        col = at("tree_col") if s.value_width == 1 and s.n_outputs > 1 else None
+        if self.oblivious_binned:
+            self.walk_oblivious_binned(t, col)
+            return
         if s.layout != "sparse":  # slots from t * (2**depth - 1), leaves from t << depth
             t32 = b.trunc(t, I32)
             root = b.mul(t32, ir.Constant(I32, 2**s.depth - 1))
@@ -321,7 +336,6 @@ class _Kernel(Walks, BinnedWalks):
         else:
             root = at("tree_root")
             slots = self.walk_sparse([v.splat(root)] * s.interleave, at("tree_depth"))
-        col = at("tree_col") if s.value_width == 1 and s.n_outputs > 1 else None
         for k, slot in enumerate(slots):
             self.accumulate(k, slot, None, col)
 

@@ -70,7 +70,7 @@ def kernel_spec(packed: PackedForest, schedule: Schedule, x_dtype: np.dtype,
                   <= CACHE_ROWS_BYTES)
     capacity = row_register_capacity(target.isa, schedule.vector_width,
                                      FLOATS[packed.cmp_dtype.name])
-    binned = packed.layout is Layout.BINNED
+    binned = packed.layout in (Layout.BINNED, Layout.OBLIVIOUS_BINNED)
     if binned:  # its walks read inputs only from the quantised tile, one byte per value
         if schedule.row_tile * n_features > CACHE_ROWS_BYTES:
             raise ValueError(f"a binned schedule needs row_tile x features <= "

@@ -8,7 +8,8 @@ Per node (one slot): a feature word (int32; low 29 bits the feature, then flag b
 threshold in the comparison dtype (and, for float32 compares, both in one int64 word), already rounded by ``Forest.thresholds_for`` so that the one
 rule ``x <= t`` is exact. Categorical nodes keep their bitset row in the threshold's bits.
 
-The representations themselves (PERFECT, SPARSE, BINNED) are plugins in representations.py.
+The representations themselves (PERFECT, SPARSE, BINNED, OBLIVIOUS, OBLIVIOUS_BINNED) are
+plugins in representations.py.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class PackedForest:
     cat_negative_before_trunc: bool
     feat: np.ndarray  # int32 feature words per slot
     thr: np.ndarray  # cmp_dtype per slot
-    kid: np.ndarray  # int32 left child per slot (SPARSE only)
+    kid: np.ndarray  # int32 left child per slot (SPARSE); OBLIVIOUS_BINNED: per-feature search
+    # steps | NaN's bin << 8 (representations.py)
     node: np.ndarray  # int64 per slot: threshold bits | feature word << 32 (float32 compares)
     top: np.ndarray  # int64 [TOP_LEVELS slots x top_stride trees]: PERFECT top levels by level
     top_stride: int
@@ -91,16 +93,24 @@ class PackedForest:
 
 
 def choose_layout(forest: Forest, requested: Layout, cmp_dtype: np.dtype | None = None,
-                  target=None, lanes: Lanes = Lanes.ROWS, vector_width: int = 16) -> Layout:
+                  target=None, lanes: Lanes = Lanes.ROWS, vector_width: int = 16,
+                  interleave: int = 4) -> Layout:
     """The requested representation where it can hold this forest (BINNED also needs the
-    target, and 16 row lanes: a 64-byte register of bytes; OBLIVIOUS row lanes), else PERFECT,
-    else SPARSE, which holds any forest."""
-    order = [requested, Layout.PERFECT, Layout.SPARSE]
+    target, and 16 row lanes: a 64-byte register of bytes; OBLIVIOUS row lanes;
+    OBLIVIOUS_BINNED both and walks in groups of 4), else PERFECT, else SPARSE, which holds
+    any forest."""
+    # OBLIVIOUS_BINNED falls back to the float form of the same walk first
+    order = [requested] + ([Layout.OBLIVIOUS] if requested is Layout.OBLIVIOUS_BINNED else [])
+    order += [Layout.PERFECT, Layout.SPARSE]
     for layout in order:
         if layout is Layout.BINNED and (target is None or lanes is not Lanes.ROWS
                                         or vector_width != 16):
             continue
         if layout is Layout.OBLIVIOUS and lanes is not Lanes.ROWS:  # lanes walk other trees
+            continue
+        if layout is Layout.OBLIVIOUS_BINNED and (
+                target is None or lanes is not Lanes.ROWS or vector_width != 16
+                or interleave % 4):  # walks come in 64-row groups: one register of bytes
             continue
         why = REPRESENTATIONS[layout].unsupported(forest, np.dtype(cmp_dtype or np.float32),
                                                   target)
@@ -123,7 +133,7 @@ def pack(forest: Forest, schedule: Schedule, cmp_dtype: np.dtype, target=None) -
     BINNED's byte permutes, are only chosen with one)."""
     cmp_dtype = np.dtype(cmp_dtype)
     layout = choose_layout(forest, schedule.layout, cmp_dtype, target, schedule.lanes,
-                           schedule.vector_width)
+                           schedule.vector_width, schedule.interleave)
     words, thr = node_words(forest, cmp_dtype)
     depths = forest.tree_depths().astype(np.int32)
     order = np.arange(forest.n_trees, dtype=np.int64)
@@ -134,7 +144,7 @@ def pack(forest: Forest, schedule: Schedule, cmp_dtype: np.dtype, target=None) -
         # off), and never for float32 sums, where the order moves results by far more.
         order = np.lexsort((depths, forest.tree_group)) if forest.value_width == 1 else (
             np.argsort(depths, kind="stable"))
-    ldt = leaf_dtype(forest)
+    ldt = REPRESENTATIONS[layout].leaf_dtype(forest, leaf_dtype(forest))
     nodes = REPRESENTATIONS[layout].pack_nodes(forest, order, words, thr, cmp_dtype, ldt)
     nodes["node"] = _node_pairs(nodes["feat"], nodes["thr"])
     nodes["top"], nodes["top_stride"] = _top_levels(nodes["node"], layout, forest.max_depth(),

@@ -35,6 +35,9 @@ class Layout(enum.Enum):
     # PERFECT slots of oblivious trees (one split per level, CatBoost's symmetric trees): each
     # level is one scalar node and one contiguous input load for all lanes, no gathers
     OBLIVIOUS = "oblivious"
+    # OBLIVIOUS trees over BINNED inputs: 64 rows per byte compare, leaves looked up with byte
+    # permutes of the tree's leaf table (AVX-512 VBMI), no gathers (representations.py)
+    OBLIVIOUS_BINNED = "oblivious_binned"
 
 
 class LoopOrder(enum.Enum):

@@ -30,6 +30,7 @@ from peregrine.backends.native.schedule import Lanes, Layout, Schedule
 from peregrine.ir import Forest
 from peregrine.options import CompileOptions
 
+BYTE_TILES = (Layout.BINNED, Layout.OBLIVIOUS_BINNED)  # row tiles quantised to a byte per value
 PERFECT_MAX_DEPTH = 10  # deeper trees: padding wastes more than reading a child index costs
 # Up to half a row block, trees in the lanes win: a row-lane block costs the same for 1 row
 # as for all of its rows (measured crossover ~ 40-50 rows for 16 x 6 row blocks)
@@ -71,13 +72,15 @@ def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
     # sparse walks gather every level (feature and threshold as one 64-bit word: 25% faster
     # measured on a depth-35 random forest) and want more walks in flight
     walks = 6 if perfect else 8
+    if batch_layout is Layout.OBLIVIOUS_BINNED:  # one 64-row group of 4 walks per tree
+        walks = 4
     block = lanes * walks
     # the transposed row tile must fit its stack buffer: fewer rows per tile for wide inputs,
     # gathers straight from the input when not even one block fits (thousands of features)
     itemsize = 4 if forest.input_dtype == np.float32 else 8  # float64 inputs compare in float64
     fit = CACHE_ROWS_BYTES // (itemsize * max(1, forest.n_features)) // block * block
     tile = min(3 * block, fit) if fit >= block else 3 * block
-    if batch_layout is Layout.BINNED:  # a byte per input value: the tile always fits
+    if batch_layout in BYTE_TILES:  # a byte per input value: the tile always fits
         tile = min(3 * block, CACHE_ROWS_BYTES // max(1, forest.n_features) // block * block)
     batch_s = Schedule(layout=batch_layout, vector_width=lanes, interleave=walks, row_tile=tile,
                        cache_rows=fit >= block, node_pairs=not perfect)
@@ -98,8 +101,8 @@ def cheapest_layout(forest: Forest, target: Any, layout: Layout) -> Layout:
     can hold the forest on this target and that the cost hints rank lower
     (representations.py)."""
     cmp = np.dtype(forest.input_dtype if forest.input_dtype == np.float32 else np.float64)
-    options = [layout] + ([Layout.BINNED, Layout.OBLIVIOUS] if layout is Layout.PERFECT
-                          else [])
+    options = [layout] + ([Layout.BINNED, Layout.OBLIVIOUS, Layout.OBLIVIOUS_BINNED]
+                          if layout is Layout.PERFECT else [])
     usable = [lay for lay in options if choose_layout(forest, lay, cmp, target) is lay]
     return min(usable, key=lambda lay: REPRESENTATIONS[lay].cost(forest, target),
                default=layout)
@@ -122,13 +125,17 @@ def candidates(base: Choice, batch: int, forest: Forest | None = None,
     changes: list[dict] = []
     if forest is not None and target is not None and s.vector_width == 16:
         cmp = np.dtype(forest.input_dtype if forest.input_dtype == np.float32 else np.float64)
-        for layout in (Layout.OBLIVIOUS, Layout.BINNED, Layout.PERFECT):
+        for layout in (Layout.OBLIVIOUS_BINNED, Layout.OBLIVIOUS, Layout.BINNED,
+                       Layout.PERFECT):
             if layout is not s.layout and choose_layout(forest, layout, cmp, target) is layout:
-                changes.append({"layout": layout, "node_pairs": False})
+                change = {"layout": layout, "node_pairs": False}
+                if layout is Layout.OBLIVIOUS_BINNED:  # walks in 64-row groups of 4
+                    change["interleave"] = 4
+                changes.append(change)
     changes += [{"interleave": 4}, {"interleave": 8}, {"tree_tile": 16, "row_tile": 512}]
     for change in changes:
         variant = s.replace(**change)
-        if variant.layout is Layout.BINNED and forest is not None and (
+        if variant.layout in BYTE_TILES and forest is not None and (
                 variant.row_tile * forest.n_features > CACHE_ROWS_BYTES):
             continue
         if variant != s and variant.block_rows <= max(batch, s.vector_width):
