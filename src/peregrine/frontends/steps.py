@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from peregrine.errors import UnsupportedModelError
-from peregrine.frontends.base import qualified_name, refuse_overrides
+from peregrine.frontends.base import qualified_name, refuse_overrides, unsupported
 from peregrine.ir import GraphBuilder, Op
 from peregrine.ir.spec import MethodSpec
 from peregrine.registry import TypeRegistry
@@ -162,8 +162,10 @@ def convert_head(est: Any, ctx: Context, flow: Flow) -> Head:
         ctx.sparse_last = est if sparse else None
         out = convert_step(est, ctx, flow)
         if any(s is not None and s in ctx.vocabs for s in out.src):
-            raise UnsupportedModelError(f"{qualified_name(est)}: transform would return "
-                                        "strings; end the pipeline with an encoder")
+            strings = string_passthrough(est, ctx, out)
+            return Head({"transform": out.node},
+                        {"transform": MethodSpec("transform", dtype="object",
+                                                 strings=strings)}, allow_nan=True)
         dtype = "input" if out.keeps_dtype else "float64"
         if not out.keeps_dtype and getattr(est, "dtype", None) is not None:
             dtype = np.dtype(est.dtype).name  # OneHotEncoder/OrdinalEncoder(dtype=...)
@@ -171,6 +173,23 @@ def convert_head(est: Any, ctx: Context, flow: Flow) -> Head:
                     {"transform": MethodSpec("transform", dtype=dtype, sparse=sparse)},
                     allow_nan=True)
     return splice_frontend(est, ctx, flow)
+
+
+def string_passthrough(est: Any, ctx: Context, out: Flow) -> tuple:
+    """MethodSpec.strings of a SimpleImputer on string columns ending the pipeline: every
+    output column is an input column's strings with the missing ones filled."""
+    from sklearn.impute import SimpleImputer
+
+    stats = np.asarray(getattr(est, "statistics_", ()), dtype=object)
+    if not isinstance(est, SimpleImputer) or est.add_indicator or len(stats) != out.width or \
+            any(s is None or s not in ctx.vocabs for s in out.src):
+        raise UnsupportedModelError(f"{qualified_name(est)}: transform would return "
+                                    "strings; end the pipeline with an encoder or a "
+                                    "SimpleImputer on string columns alone")
+    if any(not isinstance(v, str) for v in stats):
+        raise unsupported(est, "string columns with a non-string fill value", "a str")
+    missing = "none" if est.missing_values is None else "nan"
+    return tuple((int(s), str(v), missing) for s, v in zip(out.src, stats))
 
 
 def splice_frontend(est: Any, ctx: Context, flow: Flow) -> Head:

@@ -30,6 +30,11 @@ class MethodSpec:
     # the runtime converts the dense result (a transformer ending the pipeline with sparse
     # output: OneHotEncoder(sparse_output=True), KBinsDiscretizer(encode="onehot"), ...)
     sparse: str = ""
+    # non-empty: the method returns an object array of the input's own values, one
+    # (input column, fill value, missing) per output column: the raw value, or ``fill`` where it
+    # is missing ("nan": a float NaN, as ``X != X``; "none": None), the graph's codes unused
+    # (SimpleImputer on string columns ending the pipeline: sklearn returns the strings)
+    strings: tuple[tuple[int, Any, str], ...] = ()
 
 
 @dataclass(frozen=True)

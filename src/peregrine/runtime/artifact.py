@@ -130,6 +130,8 @@ def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
                          "labels": labels}
         if m.sparse:  # written only when set: artifacts of dense methods read as before
             methods[name]["sparse"] = m.sparse
+        if m.strings:
+            methods[name]["strings"] = [list(t) for t in m.strings]
     body = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -245,8 +247,11 @@ def _spec_from_json(d: dict[str, Any], r: _Reader) -> ModelSpec:
         sparse = m.get("sparse", "")
         if sparse not in ("", "csr_matrix", "csc_matrix"):
             raise ArtifactError(f"method {name}: unknown sparse format {sparse!r}")
+        strings = tuple((int(c), str(f), str(k)) for c, f, k in m.get("strings", ()))
+        if any(k not in ("nan", "none") for _, _, k in strings):
+            raise ArtifactError(f"method {name}: unknown missing-value kind in {strings!r}")
         methods[name] = MethodSpec(m["output"], bool(m["squeeze"]), labels, m["dtype"],
-                                   sparse)
+                                   sparse, strings)
     return ModelSpec(
         graph=graph,
         methods=methods,

@@ -211,8 +211,8 @@ class CompiledModel:
         minus its generic steps, so one row costs the kernel and little else. False when this
         model or method needs the generic path (rows the graph flags, no backend runner)."""
         spec, method = self.spec, self.spec.methods[name]
-        if spec.input_checks or spec.text is not None:  # documents go through prepare_input
-            return False
+        if spec.input_checks or spec.text is not None or method.strings:
+            return False  # documents and strings go through prepare_input
         run = self._exec.runner(method.output)
         if run is None:
             return False
@@ -275,6 +275,8 @@ class CompiledModel:
         else:
             out = self._exec.run(arr, (method.output,))[method.output]
         out = np.asarray(out)
+        if method.strings:
+            return _string_columns(X, self.spec, method.strings)
         if method.labels is not None:
             out = method.labels[out.reshape(-1)]
             return out
@@ -300,6 +302,23 @@ class CompiledModel:
                 value = None if np.isnan(value) or value == 0 else cats[int(value)]
             where = f" in column {names[src] if names else src!r} (value {value!r})"
         raise InputError(f"{self.spec.source}: row {r}{where}: {what}")
+
+
+def _string_columns(X: Any, spec: ModelSpec, strings: tuple) -> np.ndarray:
+    """MethodSpec.strings: the input's own values of the named columns, the missing ones
+    filled, as an object array (what SimpleImputer.transform returns on string columns). The
+    mask is scikit-learn's: ``X != X`` (float NaN) for missing_values=np.nan, ``X == None``
+    for None; the graph's codes are not used, so unseen strings pass through unchanged."""
+    out = np.empty((len(X), len(strings)), dtype=object)
+    for k, (col, fill, missing) in enumerate(strings):
+        if hasattr(X, "iloc"):  # a DataFrame: columns by name, as prepare_input matched them
+            names = spec.feature_names
+            raw = (X[names[col]] if names else X.iloc[:, col]).to_numpy(dtype=object)
+        else:
+            raw = np.asarray(X, dtype=object)[:, col]
+        hit = (raw != raw) if missing == "nan" else np.equal(raw, None)
+        out[:, k] = np.where(hit.astype(bool), fill, raw)
+    return out
 
 
 def _validation_line(report: Any) -> str:
