@@ -4,10 +4,12 @@ the kernel generator (codegen.py) beside ``Walks`` and ``BinnedWalks``.
 An oblivious tree tests one (feature, rank) per level, so a level is the same byte compare for
 every row: with the row tile quantised to bytes (``bin(x)``, as BINNED), 64 rows fit one
 register, a level is one load, one ``vpcmpub`` and one masked OR of the level's bit into the
-64 leaf indices, and the leaf is looked up with byte permutes (``vpermb``, AVX-512 VBMI) of the
-tree's leaf table stored as byte planes (plane p holds byte p of the 64 leaf values), then the
-planes are interleaved back into whole values with in-lane unpacks. No gathers at all: on Zen 4
-the leaf gather was about 40% of an OBLIVIOUS walk.
+64 leaf indices, and the leaf is looked up with word permutes (``vpermi2w``: 64 entries in two
+registers, 32 rows per instruction) of the tree's leaf table stored as 16-bit planes (plane p
+holds bits 16p..16p+15 of the 64 leaf values), then the planes are interleaved back into whole
+values with in-lane unpacks (two stages for float64; byte planes with ``vpermb`` needed three,
+and measured 2-3% slower). No gathers at all: on Zen 4 the leaf gather was about 40% of an
+OBLIVIOUS walk.
 
 The unpacks interleave within 128-bit lanes, so the values come out in a fixed scrambled order;
 the tile is filled in the inverse order (``row_of_position``: each fill lane reads the row whose
@@ -22,14 +24,17 @@ from llvmlite import ir
 
 from peregrine.backends.native.representations import (
     BIN_SLOTS,
+    PLANE_BYTES,
     RANK_BITS,
     RANK_MASK,
 )
 from peregrine.kernels.irutil import I8, I32, gep
 
+I16 = ir.IntType(16)
+
 BYTES = 64  # one zmm register: 64 rows of bins, or one byte plane of a 64-leaf table
 GROUP_WALKS = 4  # 16-lane walks per 64-row group
-VPERMB = "llvm.x86.avx512.permvar.qi.512"
+VPERMI2W = "llvm.x86.avx512.vpermi2var.hi.512"
 LANE_BYTES = 16  # punpck* interleave within 128-bit lanes
 STEPS_MASK = 0xFF  # a feature's search steps, in the low byte of its info word (kid)
 
@@ -42,12 +47,12 @@ def _unpack_mask(elem: int, hi: bool) -> list[int]:
             for i in (lane * per + j, n + lane * per + j)]
 
 
-def unpack_chain(planes: list, shuffle) -> list:
-    """Interleave byte planes into whole values: pairs of columns merged with unpacks of
-    growing element size, so that after log2(len(planes)) stages each register holds whole
-    values. ``shuffle(a, b, elem, mask)`` applies one unpack (to IR, or to labels)."""
+def unpack_chain(planes: list, shuffle, elem: int = PLANE_BYTES) -> list:
+    """Interleave planes of ``elem``-byte parts into whole values: pairs of columns merged
+    with unpacks of growing element size, so that after log2(len(planes)) stages each
+    register holds whole values. ``shuffle(a, b, elem, mask)`` applies one unpack (to IR, or
+    to labels)."""
     cols = [[p] for p in planes]
-    elem = 1
     while len(cols) > 1:
         merged = []
         for a_regs, b_regs in zip(cols[::2], cols[1::2]):
@@ -60,20 +65,26 @@ def unpack_chain(planes: list, shuffle) -> list:
 @cache
 def row_of_position(itemsize: int) -> tuple[int, ...]:
     """Which of the group's 64 rows the tile's byte position i must hold, so that value q of
-    output register m of ``unpack_chain`` belongs to row m * (64 / itemsize) + q."""
-    def shuffle(a, b, elem, mask):
-        both = a + b
-        return [x for i in mask for x in both[i * elem:(i + 1) * elem]]
+    output register m (halves of 32 rows in order, each half's ``unpack_chain``) belongs to
+    row m * (64 / itemsize) + q."""
+    unit, per_half = PLANE_BYTES, BYTES // PLANE_BYTES  # rows looked up per word permute
 
-    planes = [[(p, i) for i in range(BYTES)] for p in range(itemsize)]
-    out = unpack_chain(planes, shuffle)
+    def shuffle(a, b, elem, mask):
+        both, n = a + b, elem // unit
+        return [x for i in mask for x in both[i * n:(i + 1) * n]]
+
+    n_planes = itemsize // unit
+    out = []
+    for h in range(BYTES // per_half):
+        planes = [[(p, h * per_half + i) for i in range(per_half)] for p in range(n_planes)]
+        out += unpack_chain(planes, shuffle)
     per_reg = BYTES // itemsize
     rows = [0] * BYTES
     for m, reg in enumerate(out):
         for q in range(per_reg):
-            value = reg[q * itemsize:(q + 1) * itemsize]
+            value = reg[q * n_planes:(q + 1) * n_planes]
             pos = value[0][1]
-            assert value == [(p, pos) for p in range(itemsize)]  # whole values, planes in order
+            assert value == [(p, pos) for p in range(n_planes)]  # whole values, parts in order
             rows[pos] = m * per_reg + q
     return tuple(rows)
 
@@ -186,11 +197,12 @@ class ObliviousBinnedWalks:
                            source_etype=I32), typ=I32)
             rank = b.trunc(b.and_(w, ir.Constant(I32, RANK_MASK)), I8)
             levels.append((self.binned_feature(w), splat(rank)))
-        n_planes = self.st_bytes
-        plane_base = b.mul(t32, ir.Constant(I32, n_planes * BYTES))
-        planes = [b.load(gep(b, self.d["leaf"], [b.add(plane_base, ir.Constant(I32, p * BYTES))],
-                             source_etype=I8), typ=vec, align=BYTES)
-                  for p in range(n_planes)]
+        n_planes = self.st_bytes // PLANE_BYTES
+        words = ir.VectorType(I16, BYTES // PLANE_BYTES)
+        plane_base = b.mul(t32, ir.Constant(I32, n_planes * 2 * BYTES))
+        planes = [[b.load(gep(b, self.d["leaf"], [b.add(plane_base, ir.Constant(
+            I32, (2 * p + j) * BYTES))], source_etype=I8), typ=words, align=BYTES)
+                   for j in range(2)] for p in range(n_planes)]
         zero = ir.Constant(vec, [0] * BYTES)
         for g in range(s.interleave // GROUP_WALKS):
             idx = zero
@@ -200,9 +212,14 @@ class ObliviousBinnedWalks:
                 right = b.icmp_unsigned(">", x, rank)  # NaN's direction is in its bin
                 bit = ir.Constant(vec, [1 << (s.depth - 1 - level)] * BYTES)
                 idx = b.select(right, b.add(idx, bit), idx)  # one masked byte add
-            looked = [self.v.intrinsic(VPERMB, vec, [plane, idx]) for plane in planes]
-            values = unpack_chain(looked, self._unpack_ir)
-            vals = [b.bitcast(r, ir.VectorType(self.st, BYTES // n_planes)) for r in values]
+            values = []
+            for h in range(2):  # 32 rows per word permute
+                half = b.zext(b.shuffle_vector(idx, idx, ir.Constant(
+                    ir.VectorType(I32, 32), list(range(32 * h, 32 * h + 32)))), words)
+                looked = [b.bitcast(self.v.intrinsic(VPERMI2W, words, [lo, half, hi]), vec)
+                          for lo, hi in planes]
+                values += unpack_chain(looked, self._unpack_ir)
+            vals = [b.bitcast(r, ir.VectorType(self.st, BYTES // self.st_bytes)) for r in values]
             per_walk = len(vals) // GROUP_WALKS  # registers of values per 16-row walk
             for k in range(GROUP_WALKS):
                 regs = vals[k * per_walk:(k + 1) * per_walk]

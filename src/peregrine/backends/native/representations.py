@@ -32,8 +32,8 @@ The walks that read each representation are in ``walks.py`` (``Walks.walk``), ke
   categorical or LightGBM zero-band splits.
 * OBLIVIOUS_BINNED: BINNED node words of OBLIVIOUS trees of depth <= 6 with one value per
   leaf. The kernel (oblivious.py) compares 64 rows' bins at once per level and looks leaves up
-  with byte permutes, so the leaf array holds each tree's 64 leaf values (padded) in the sum
-  dtype as byte planes, ``[tree][byte][leaf]``: plane p is byte p of every leaf value. Every
+  with word permutes, so the leaf array holds each tree's 64 leaf values (padded) in the sum
+  dtype as 16-bit planes, ``[tree][word][leaf]``: plane p is word p of every leaf value. Every
   split on a feature must send NaN the same way (CatBoost's nan_mode is per model): then NaN's
   bin is 0 (left at every rank) or NAN_BIN (right), and a level is one compare with no NaN
   test. A feature's n thresholds are searched over 2**m slots, m = n.bit_length(), stored in
@@ -74,6 +74,8 @@ MAX_RANKS = BIN_SLOTS - 2  # keeps every bin of a number (0..MAX_RANKS) below NA
 BINNED_MAX_FEATURES = 64  # the x lookup picks among n_features / 8 byte permutes
 BINNED_MAX_DEPTH = 10
 OBLIVIOUS_LEAVES = 64  # a byte permute (vpermb) indexes 64 bytes: depth <= 6
+PLANE_BYTES = 2  # leaf planes of 16-bit words: a two-register word permute (vpermi2w) indexes
+# all 64, and each value needs one unpack stage fewer than from byte planes
 OBLIVIOUS_BINNED_MAX_FEATURES = 1024  # a 64-row group's byte tile fits the 64 KiB row tile
 
 
@@ -273,10 +275,11 @@ class ObliviousBinned(Binned):
         n, leaves = len(order), 2 ** forest.max_depth()
         table = np.zeros((n, OBLIVIOUS_LEAVES), ldt)
         table[:, :leaves] = out["leaf"].reshape(n, leaves)
-        planes = table.view(np.uint8).reshape(n, OBLIVIOUS_LEAVES, ldt.itemsize)
-        # 64-byte aligned: the kernel loads each plane as one aligned register
+        unit = np.dtype(f"u{PLANE_BYTES}")
+        planes = table.view(unit).reshape(n, OBLIVIOUS_LEAVES, ldt.itemsize // PLANE_BYTES)
+        # 64-byte aligned: the kernel loads each plane as aligned registers
         leaf = aligned(table.size, ldt)
-        leaf.view(np.uint8)[:] = planes.transpose(0, 2, 1).reshape(-1)
+        leaf.view(unit)[:] = planes.transpose(0, 2, 1).reshape(-1)
         out["leaf"] = leaf
         nan_left = nan_left_by_feature(forest)
         assert nan_left is not None  # unsupported() said so
