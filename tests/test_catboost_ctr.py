@@ -241,3 +241,22 @@ def test_float32_border_threshold():
         for x in xs:
             with np.errstate(over="ignore"):
                 assert (x > t) == (np.float32(x) > b), (b, x, t)
+
+
+def test_interp_positional_tables_match_numpy():
+    """INTERP's rule reads a table with xp = 0..n-1 by position (the CTR lookups'
+    dense tables); every other x (fractions, NaN, +-inf, -0.0, outside) must still get exactly
+    np.interp's answer."""
+    from peregrine.ir.semantics.transformers import Interp
+
+    r = np.random.default_rng(3)
+    fp = r.normal(size=50)
+    x = np.concatenate([np.arange(-3, 53, dtype=np.float64), r.uniform(-5, 55, 200),
+                        [np.nan, np.inf, -np.inf, -0.0, 49.0, 49.5, 1e300, -1e300, 2.0**63]])
+    xp = np.arange(50, dtype=np.float64)
+    op = Interp(xp=(xp, xp + 0.25), fp=(fp, fp), left=np.array([-7.0, 1.0]),
+                right=np.array([9.0, 2.0]))
+    got = op.rule(None, [np.column_stack([x, x])], None)
+    for j, shift in enumerate((0.0, 0.25)):
+        want = np.interp(x, xp + shift, fp, left=op.left[j], right=op.right[j])
+        np.testing.assert_array_equal(got[:, j], want)

@@ -90,6 +90,7 @@ class _Combination:
     bits: list[tuple[int, float, bool, float]]  # float: (column, border, NaN true, weight)
     numbers: np.ndarray  # the number of each decoded tuple
     entry: np.ndarray  # the table entry of each decoded tuple
+    size: int  # how many numbers the radix gives (every number is below it)
 
 
 class CategoricalColumns:
@@ -257,88 +258,123 @@ class CategoricalColumns:
             if radix > 1 << 52:  # _interp_table's k +- 0.5 must be exact
                 raise unsupported(self.model, f"a CTR combination with {radix} tuples "
                                   f"({name})", "combinations numbered below 2**52")
-            self._combos[name] = _Combination(slots, bits, numbers, rows[:, 0])
+            self._combos[name] = _Combination(slots, bits, numbers, rows[:, 0], radix)
         return self._combos
 
     def add_columns(self, g: GraphBuilder, x: str) -> str:
-        """The input with the derived columns appended (x unchanged when there are none)."""
+        """The input with the derived columns appended (x unchanged when there are none), in
+        the forest's order, by one lookup node: each distinct key (a categorical column's
+        code, a combination's tuple number) is computed once and every derived column reads
+        its value off a table over that key (``_key_table``)."""
         if not self.derived:
             return x
-        # each derived column as (source node, its column, categories, values, unknown)
+        keys = _Keys()
+        # each derived column as (its key: ("code", element) or ("combo", p), xp, fp)
         lookups = []
-        numbers = self._combo_numbers(g, x) if any(d[0] == "combo" for d in self.derived) \
-            else None
         for d in self.derived:
             if d[0] == "map":
-                lookups.append((x, d[1], d[2], d[3], d[4]))
+                _, col, cats, values, unknown = d
+                order = np.argsort(cats, kind="stable")
+                e = keys.code(col, np.asarray(cats, np.float64)[order])
+                # code c (1..n) is the c-th category in ascending hash order, 0 any other
+                table = np.concatenate([[unknown], np.asarray(values, np.float64)[order]])
+                lookups.append((("code", e), *_key_table(np.arange(len(table)), table,
+                                                         unknown, len(table)), unknown))
             else:
-                node, at = numbers
-                lookups.append((node, at[id(d[1])], d[1].numbers, d[2], d[3]))
-        # one INTERP per source node (_interp_table: a binary search per row, not a scan)
-        parts, order = [x], []
-        for node in dict.fromkeys(lk[0] for lk in lookups):
-            members = [i for i, lk in enumerate(lookups) if lk[0] == node]
-            parts.append(_interp(g, node, [lookups[i][1] for i in members],
-                                 [_interp_table(*lookups[i][2:]) for i in members],
-                                 [lookups[i][4] for i in members]))
-            order += members
-        width = self.n_inputs + len(self.derived)
-        out = g.add(Op.CONCAT, tuple(parts), width=width)
-        if order == sorted(order):
-            return out
-        # back into the order the forest numbered the derived columns
-        at = {d: self.n_inputs + i for i, d in enumerate(order)}
-        return g.add(Op.SELECT, (out,), width=width, columns=np.array(
-            list(range(self.n_inputs)) + [at[d] for d in range(len(self.derived))]))
+                _, combo, values, unknown = d
+                p = keys.combination(combo)
+                lookups.append((("combo", p), *_key_table(combo.numbers, values, unknown,
+                                                          combo.size), unknown))
+        key_node, at = keys.build(g, x)
+        sel = g.add(Op.SELECT, (key_node,), width=len(lookups),
+                    columns=np.asarray([at[lk[0]] for lk in lookups]))
+        unknown = np.asarray([lk[3] for lk in lookups], np.float64)
+        values = g.add(Op.INTERP, (sel,), width=len(lookups), xp=tuple(lk[1] for lk in lookups),
+                       fp=tuple(lk[2] for lk in lookups), left=unknown, right=unknown)
+        return g.add(Op.CONCAT, (x, values), width=self.n_inputs + len(self.derived))
 
-    def _combo_numbers(self, g: GraphBuilder, x: str) -> tuple[str, dict[int, int]]:
-        """A node with each used combination's tuple number (one column per combination):
-        each distinct element once, by INTERP, as its code (1..n for the categories the tables
-        hold, 0 for any other) or bit, then one LINEAR weighting them by each combination's
-        radix (integers below 2**52: exact)."""
-        used: list[_Combination] = []
-        for d in self.derived:
-            if d[0] == "combo" and all(d[1] is not c for c in used):
-                used.append(d[1])
-        # distinct elements: a feature's codes (its categories are the same in every table,
-        # all that training saw) and a (float column, border) bit are shared by combinations
-        keys: dict[tuple, int] = {}
-        cols, tables, right, nan_to, weights = [], [], [], [], []
 
-        def element(key: tuple, col: int, table: tuple, past: float, nan: float) -> int:
-            if key not in keys:
-                keys[key] = len(cols)
-                cols.append(col)
-                tables.append(table)
-                right.append(past)
-                nan_to.append(nan)
-            return keys[key]
+class _Keys:
+    """The distinct keys the lookups read: categorical codes (one INTERP over the hashed
+    columns, a binary search per row each), float bits (``float32(x) > border``, compared in
+    float64 by CENTER_SCALE and BINARIZE) and each combination's tuple number (one LINEAR
+    weighting codes and bits by the combination's radix: integers below 2**52, exact)."""
 
-        for p, c in enumerate(used):
+    def __init__(self) -> None:
+        self.codes: dict[tuple, int] = {}  # (column, categories) -> code element
+        self.code_tables: list[tuple[int, np.ndarray]] = []
+        self.bits: dict[tuple, int] = {}  # (column, border, NaN true) -> bit element
+        self.bit_list: list[tuple[int, float, bool]] = []
+        self.combos: list[_Combination] = []
+
+    def code(self, col: int, cats: np.ndarray) -> int:
+        key = (col, cats.tobytes())  # a feature's categories are the same in every table
+        if key not in self.codes:
+            self.codes[key] = len(self.code_tables)
+            self.code_tables.append((col, cats))
+        return self.codes[key]
+
+    def combination(self, combo: _Combination) -> int:
+        for p, c in enumerate(self.combos):
+            if c is combo:
+                return p
+        self.combos.append(combo)
+        for col, cats, _ in combo.slots:
+            self.code(col, cats)
+        for col, border, nan_true, _ in combo.bits:
+            self.bits.setdefault((col, border, nan_true), len(self.bits))
+        return len(self.combos) - 1
+
+    def build(self, g: GraphBuilder, x: str) -> tuple[str, dict[tuple, int]]:
+        """A node holding every code, then every combination's number, and where each is."""
+        n_codes = len(self.code_tables)
+        sel = g.add(Op.SELECT, (x,), width=n_codes,
+                    columns=np.asarray([c for c, _ in self.code_tables]))
+        tables = [_interp_table(cats, np.arange(1, len(cats) + 1), 0.0)
+                  for _, cats in self.code_tables]
+        codes = g.add(Op.INTERP, (sel,), width=n_codes, xp=tuple(t[0] for t in tables),
+                      fp=tuple(t[1] for t in tables), left=np.zeros(n_codes),
+                      right=np.zeros(n_codes))  # hashes: no NaN
+        at = {("code", e): e for e in range(n_codes)}
+        if not self.combos:
+            return codes, at
+        elements = codes
+        bits = list(self.bits)
+        if bits:
+            # bit = [float32(x) > border] = [x > t] (gt_float32_threshold), as the sign of
+            # x - t (exact in float64: no difference of doubles rounds to 0 or changes sign);
+            # NaN compares false. A NaN-true bit is 1 - [x < next(t)] (x >= next(t) iff x > t),
+            # the complement taken in the LINEAR below, so NaN gives 1
+            ts = [gt_float32_threshold(b) for _, b, _ in bits]
+            center = [np.nextafter(t, np.inf) if nan else t for t, (_, _, nan) in zip(ts, bits)]
+            scale = [-1.0 if nan else 1.0 for _, _, nan in bits]
+            sel = g.add(Op.SELECT, (x,), width=len(bits),
+                        columns=np.asarray([c for c, _, _ in bits]))
+            moved = g.add(Op.CENTER_SCALE, (sel,), width=len(bits),
+                          center=np.asarray(center), scale=np.asarray(scale))
+            flags = g.add(Op.BINARIZE, (moved,), width=len(bits), threshold=0.0)
+            elements = g.add(Op.CONCAT, (codes, flags), width=n_codes + len(bits))
+        matrix = np.zeros((n_codes + len(bits), len(self.combos)))
+        bias = np.zeros(len(self.combos))
+        for p, c in enumerate(self.combos):
             for col, cats, weight in c.slots:
-                e = element(("code", col, cats.tobytes()), col, _interp_table(
-                    cats, np.arange(1, len(cats) + 1), 0.0), 0.0, np.nan)  # hashes: no NaN
-                weights.append((e, p, weight))
+                matrix[self.codes[(col, cats.tobytes())], p] += weight
             for col, border, nan_true, weight in c.bits:
-                # 1 iff float32(x) > border: t and the next double bound the step; NaN goes
-                # where nan_mode sends it (Max: above every border), as +-inf first
-                t = gt_float32_threshold(border)
-                e = element(("bit", col, border, nan_true), col,
-                            (np.array([t, np.nextafter(t, np.inf)]), np.array([0.0, 1.0])),
-                            1.0, np.inf if nan_true else -np.inf)
-                weights.append((e, p, weight))
-        sel = g.add(Op.SELECT, (x,), width=len(cols), columns=np.asarray(cols))
-        if any(not np.isnan(v) for v in nan_to):
-            sel = g.add(Op.IMPUTE, (sel,), width=len(cols), values=np.asarray(nan_to))
-        parts = g.add(Op.INTERP, (sel,), width=len(cols), xp=tuple(t[0] for t in tables),
-                      fp=tuple(t[1] for t in tables), left=np.zeros(len(cols)),
-                      right=np.asarray(right, np.float64))
-        matrix = np.zeros((len(cols), len(used)))
-        for e, p, w in weights:
-            matrix[e, p] += w
-        node = g.add(Op.LINEAR, (parts,), width=len(used), weight=matrix,
-                     bias=np.zeros(len(used)))
-        return node, {id(c): p for p, c in enumerate(used)}
+                e = n_codes + self.bits[(col, border, nan_true)]
+                matrix[e, p] += -weight if nan_true else weight
+                bias[p] += weight if nan_true else 0.0
+        numbers = g.add(Op.LINEAR, (elements,), width=len(self.combos), weight=matrix,
+                        bias=bias)
+        at.update({("combo", p): n_codes + p for p in range(len(self.combos))})
+        return g.add(Op.CONCAT, (codes, numbers), width=n_codes + len(self.combos)), at
+
+
+# A key table is dense (fp at 0..size-1, found by position: Op.INTERP's rule indexes such a
+# table) while it holds at most this many points or a few per stored key; past that it
+# keeps three points per key (_interp_table), a binary search per row.
+DENSE_TABLE_MAX = 1 << 16
+DENSE_PER_KEY = 8
+
 
 def _interp_table(keys: np.ndarray, values: np.ndarray, unknown: float
                   ) -> tuple[np.ndarray, np.ndarray]:
@@ -356,13 +392,16 @@ def _interp_table(keys: np.ndarray, values: np.ndarray, unknown: float
         np.column_stack([u, v, u]).reshape(-1)
 
 
-def _interp(g: GraphBuilder, x: str, columns: list[int], tables: list[tuple],
-            unknown: list[float]) -> str:
-    """INTERP of the listed columns of x through their tables (one output column each)."""
-    sel = g.add(Op.SELECT, (x,), width=len(columns), columns=np.asarray(columns))
-    return g.add(Op.INTERP, (sel,), width=len(columns), xp=tuple(t[0] for t in tables),
-                 fp=tuple(t[1] for t in tables), left=np.asarray(unknown, np.float64),
-                 right=np.asarray(unknown, np.float64))
+def _key_table(keys: np.ndarray, values: np.ndarray, unknown: float, size: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(xp, fp) mapping each integer key in [0, size) to its value and every other integer
+    to ``unknown`` under ``np.interp(x, xp, fp, unknown, unknown)``: dense (xp = 0..size-1,
+    which INTERP's rule reads by position, no search) when small, else ``_interp_table``."""
+    if size <= max(DENSE_TABLE_MAX, DENSE_PER_KEY * len(keys)) and size <= 1 << 24:
+        fp = np.full(size, float(unknown))
+        fp[np.asarray(keys, np.int64)] = values
+        return np.arange(size, dtype=np.float64), fp
+    return _interp_table(keys, values, unknown)
 
 
 def _calc(ctr: dict, good: np.ndarray, total: np.ndarray) -> np.ndarray:

@@ -62,12 +62,33 @@ class Interp(Attrs):
         array(n, "right", self.right, (len(xp),))
 
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
-        x = f64(ins[0])
-        out = np.empty_like(x)
+        cols = f64(ins[0]).T.copy()  # each column contiguous: np.interp reads it in order
+        out = np.empty_like(cols)
         for j, (xp, fp) in enumerate(zip(self.xp, self.fp)):
-            out[:, j] = np.interp(x[:, j], f64(xp), f64(fp), left=float(self.left[j]),
-                                  right=float(self.right[j]))
-        return out
+            xp, fp = f64(xp), f64(fp)
+            left, right = float(self.left[j]), float(self.right[j])
+            if not _positional(xp, fp, cols[j], left, right, out[j]):
+                out[j] = np.interp(cols[j], xp, fp, left=left, right=right)
+        return np.ascontiguousarray(out.T)
+
+
+def _positional(xp: np.ndarray, fp: np.ndarray, x: np.ndarray, left: float, right: float,
+                out: np.ndarray) -> bool:
+    """np.interp through a table with xp = 0, 1, ..., n-1 (lookup tables keyed by small
+    integers, catboost_ctr.py): an integer x in [0, n) is xp[x], where np.interp returns fp[x]
+    exactly, so it is read by position; any other x (NaN, fractions, outside) goes through
+    np.interp. Fills ``out``; False (nothing written) for any other table."""
+    n = xp.size
+    if n < 2 or xp[0] != 0.0 or xp[-1] != n - 1 or not np.array_equal(xp, np.arange(n)):
+        return False
+    with np.errstate(invalid="ignore"):
+        i = x.astype(np.int64)  # NaN and out-of-range values give junk, caught below
+    hit = (i == x) & (i >= 0) & (i < n)
+    np.take(fp, np.where(hit, i, 0), out=out)
+    if not hit.all():
+        miss = ~hit
+        out[miss] = np.interp(x[miss], xp, fp, left=left, right=right)
+    return True
 
 
 def quantile_clip() -> tuple[float, float]:
