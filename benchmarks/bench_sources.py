@@ -3,6 +3,13 @@ ONNX Runtime on CatBoost's ONNX export; an ONNX-ML tree model (skl2onnx, a 200-t
 forest) against ONNX Runtime on the same file. Best-of-N wall times at 100K rows and one row.
 
     .venv/bin/python benchmarks/bench_sources.py [--rows 100000] [--repeat 5]
+
+``--single-thread``: the CatBoost model on one thread only, each tree representation that can
+hold it against CatBoost's predict(thread_count=1), timed with the calling thread's CPU time
+(time.thread_time: other processes' load adds no time), best of ``--repeat``, in ns per
+(row, tree):
+
+    .venv/bin/python benchmarks/bench_sources.py --single-thread --rows 20000 --repeat 15
 """
 
 from __future__ import annotations
@@ -32,6 +39,42 @@ def best(fn, X, repeat: int) -> float:
     return min(times)
 
 
+def best_cpu(fn, X, repeat: int) -> float:
+    fn(X)
+    times = []
+    for _ in range(repeat):
+        t = time.thread_time()
+        fn(X)
+        times.append(time.thread_time() - t)
+    return min(times)
+
+
+def single_thread(model, T: np.ndarray, repeat: int) -> None:
+    """One thread, CPU time of the calling thread: the ratios hold on a loaded machine."""
+    from peregrine.backends.native import Schedule
+    from peregrine.backends.native.schedule import Layout
+
+    n_trees = model.tree_count_
+    per = lambda t: t / len(T) / n_trees * 1e9  # noqa: E731
+    ref = best_cpu(lambda X: model.predict(X, thread_count=1), T, repeat)
+    print(f"single thread, {len(T)} rows x {n_trees} trees: catboost-predict {ref * 1e3:.2f} ms "
+          f"({per(ref):.3f} ns/(row*tree))")
+    default = peregrine.compile(model, "native", options=peregrine.CompileOptions(n_threads=1))
+    rivals = {"default": default}
+    for layout in (Layout.PERFECT, Layout.BINNED, Layout.OBLIVIOUS, Layout.OBLIVIOUS_BINNED):
+        walks = 8 if layout is Layout.OBLIVIOUS_BINNED else 6
+        s = Schedule(layout=layout, interleave=walks, row_tile=1024 if walks == 8 else 288)
+        rivals[layout.value] = peregrine.compile(model, "native", options=peregrine.CompileOptions(
+            n_threads=1, schedule=s))
+    for name, compiled in rivals.items():
+        np.testing.assert_allclose(compiled.predict(T[:1000]), model.predict(T[:1000]),
+                                   rtol=1e-5, atol=1e-6)
+        used = next(iter(compiled._exec.programs.values())).variant(T.dtype).packed.layout.value
+        t = best_cpu(compiled.predict, T, repeat)
+        print(f"  peregrine-native {name} ({used}): {t * 1e3:.2f} ms ({per(t):.3f} "
+              f"ns/(row*tree), {ref / t:.2f}x catboost)")
+
+
 def session(model_bytes: bytes):
     sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
     name = sess.get_inputs()[0].name
@@ -51,6 +94,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--single-thread", action="store_true")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     X = rng.normal(size=(20_000, 20)).astype(np.float32)
@@ -61,6 +105,9 @@ def main() -> None:
 
     model = cb.CatBoostRegressor(iterations=500, depth=6, verbose=0, random_seed=0,
                                  allow_writing_files=False).fit(X, y)
+    if args.single_thread:
+        single_thread(model, T, args.repeat)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "cb.onnx")
         model.save_model(path, format="onnx")
