@@ -260,3 +260,23 @@ def test_interp_positional_tables_match_numpy():
     for j, shift in enumerate((0.0, 0.25)):
         want = np.interp(x, xp + shift, fp, left=op.left[j], right=op.right[j])
         np.testing.assert_array_equal(got[:, j], want)
+
+
+def test_torch_interp_positional_tables_match_numpy():
+    """The torch lowering's read by position (every table xp = 0..n-1), against np.interp."""
+    torch = pytest.importorskip("torch")
+    from peregrine.backends.torch.ops_transformers import Interp
+
+    r = np.random.default_rng(4)
+    fps = [r.normal(size=50), r.normal(size=7)]
+    x = np.concatenate([np.arange(-3, 53, dtype=np.float64), r.uniform(-5, 55, 200),
+                        [np.nan, np.inf, -np.inf, -0.0, 6.0, 6.5, 1e300, -1e300, 2.0**63]])
+    xps = [np.arange(len(f), dtype=np.float64) for f in fps]
+    left, right = np.array([-7.0, 1.0]), np.array([9.0, 2.0])
+    module = Interp(xps, fps, left, right)
+    assert module.positional
+    for cols in (np.stack([x, x]), np.stack([np.arange(40.0), np.arange(40.0) % 7])):
+        got = module.columns(torch.from_numpy(cols)).numpy()
+        for j in range(2):
+            want = np.interp(cols[j], xps[j], fps[j], left=left[j], right=right[j])
+            np.testing.assert_array_equal(got[j], want)

@@ -49,9 +49,25 @@ class Interp(nn.Module):
         self.register_buffer("left", f64(np.asarray(left, dtype=np.float64)).unsqueeze(1))
         self.register_buffer("right", f64(np.asarray(right, dtype=np.float64)).unsqueeze(1))
         self.width = xpt.shape[1]
+        # every table xp = 0..n-1 (CatBoost's CTR lookups): an integer x in [0, n) is read by
+        # position, fp[x], which np.interp returns there exactly
+        self.positional = all(
+            len(t) >= 2 and np.array_equal(np.asarray(t, dtype=np.float64), np.arange(len(t)))
+            for t in xp)
 
     def columns(self, x: Tensor) -> Tensor:
         """x: (columns, n) float64 -> (columns, n)."""
+        if not self.positional:
+            return self.searched(x)
+        i = x.to(torch.int64)  # NaN and out-of-range values give junk, caught by hit
+        hit = (i.to(x.dtype) == x) & (i >= 0) & (i <= self.last)
+        got = self.fp.gather(1, torch.where(hit, i, torch.zeros_like(i)))
+        if bool(hit.all()):
+            return got
+        return torch.where(hit, got, self.searched(x))
+
+    def searched(self, x: Tensor) -> Tensor:
+        """np.interp's search and branches for every x."""
         i = torch.searchsorted(self.xp, x.contiguous(), right=True) - 1
         at = i.clamp(0, self.width - 1)
         lo = i.clamp(0, self.width - 2)
