@@ -52,7 +52,8 @@ ARGS = ("X", "stride", "rb", "re", "tb", "te", "desc", "out", "fin", "out_stride
 ARG_SCALARS = ("stride", "rb", "re", "tb", "te", "fin", "out_stride")
 # descriptor slots (i64 each): pointers to the packed arrays, then scalars
 DESC = ("feat", "thr", "kid", "node", "top", "leaf", "tree_root", "tree_leaf", "tree_col", "tree_depth",
-        "cat_bits", "cat_unknown", "n_cat_words", "divisor", "base", "bins", "n_features", "top_stride")
+        "cat_bits", "cat_unknown", "n_cat_words", "divisor", "base", "bins", "n_features", "top_stride",
+        "ranks")
 SCALARS = ("n_cat_words", "n_features", "top_stride")
 CONTIGUOUS_LEVELS = 1  # levels whose x comes from whole-row loads and selects, not gathers
 CACHE_ROWS_BYTES = 64 << 10  # stack buffer for a transposed row tile (see Schedule.cache_rows)

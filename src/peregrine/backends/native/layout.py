@@ -14,7 +14,7 @@ plugins in representations.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -72,6 +72,9 @@ class PackedForest:
     divisor: np.ndarray  # float64 [n_outputs]
     base: np.ndarray  # float64 [n_outputs]
     rank_base: int = 0  # BINNED: the bin of a number below every threshold (representations.py)
+    # OBLIVIOUS_BINNED: int32 per slot, the slot's rank in each of its 4 bytes (derived from
+    # feat, so not part of arrays(), which the artifact's digest covers)
+    ranks: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int32))
 
     @property
     def n_trees(self) -> int:

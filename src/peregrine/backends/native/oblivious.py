@@ -26,7 +26,6 @@ from peregrine.backends.native.representations import (
     BIN_SLOTS,
     PLANE_BYTES,
     RANK_BITS,
-    RANK_MASK,
 )
 from peregrine.kernels.irutil import I8, I32, gep
 
@@ -188,15 +187,13 @@ class ObliviousBinnedWalks:
         t32 = b.trunc(t, I32)
         root = b.mul(t32, ir.Constant(I32, 2**s.depth - 1))
         vec = ir.VectorType(I8, BYTES)
-        splat = lambda x: b.shuffle_vector(  # noqa: E731
-            b.insert_element(ir.Constant(vec, ir.Undefined), x, ir.Constant(I32, 0)),
-            ir.Constant(vec, ir.Undefined), ir.Constant(ir.VectorType(I32, BYTES), [0] * BYTES))
         levels = []
         for level in range(s.depth):  # one node per level, shared by every group
             w = b.load(gep(b, self.d["feat"], [b.add(root, ir.Constant(I32, 2**level - 1))],
                            source_etype=I32), typ=I32)
-            rank = b.trunc(b.and_(w, ir.Constant(I32, RANK_MASK)), I8)
-            levels.append((self.binned_feature(w), splat(rank)))
+            ranks = b.load(gep(b, self.d["ranks"], [b.add(root, ir.Constant(I32, 2**level - 1))],
+                               source_etype=I32), typ=I32)  # the rank in each byte
+            levels.append((self.binned_feature(w), b.bitcast(self.v.splat(ranks), vec)))
         n_planes = self.st_bytes // PLANE_BYTES
         words = ir.VectorType(I16, BYTES // PLANE_BYTES)
         plane_base = b.mul(t32, ir.Constant(I32, n_planes * 2 * BYTES))

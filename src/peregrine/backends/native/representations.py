@@ -293,6 +293,10 @@ class ObliviousBinned(Binned):
         nan_bin = np.where(nan_left, 0, NAN_BIN)  # bin 0 <= every rank: left
         out["bins"] = np.ascontiguousarray(bins.reshape(-1))
         out["kid"] = (steps | nan_bin << 8).astype(np.int32)
+        # a level's rank splat is then one 4-byte broadcast load (no byte shuffle: the kernel
+        # is bound by its shuffles)
+        rank = (out["feat"].view(np.uint32) & RANK_MASK).astype(np.uint32)
+        out["ranks"] = (rank * 0x01010101).view(np.int32)
         return out
 
     def cost(self, forest, target):
