@@ -73,6 +73,24 @@ def test_xgboost_multiclass_margins_bit_exact():
         np.testing.assert_array_equal(got.astype(np.float32), want, err_msg=backend)
 
 
+@pytest.mark.parametrize("objective", ["binary:logistic", "multi:softprob", "reg:logistic"])
+def test_xgboost_probabilities_bit_exact(objective):
+    """XGBoost's float32 sigmoid and softmax around libm's expf (docs/exactness.md): the
+    probabilities, not only the margins, are XGBoost's bits on the reference and native
+    backends, for one row, a few rows and a batch. Margins are spread wide (depth 6, 200
+    trees) so that expf meets large, small and clamped arguments."""
+    X, y = _data()
+    if objective == "reg:logistic":
+        model = xgboost.XGBRegressor(objective=objective, n_estimators=200, max_depth=6)
+        model.fit(X, (y > np.median(y)).astype(float))
+        _check_exact(model, model.predict, X)
+        return
+    k = 2 if objective == "binary:logistic" else 4
+    labels = np.digitize(y, np.quantile(y, np.linspace(0, 1, k + 1)[1:-1]))
+    model = xgboost.XGBClassifier(n_estimators=200, max_depth=6).fit(X, labels)
+    _check_exact(model, model.predict_proba, X, method="predict_proba")
+
+
 def _float32_sum_bound(forest, X):
     """|float64 sum rounded once - sequential float32 sum| per row: the float32 sum's own
     error gamma_T * (|base| + sum |leaf|) (Higham 3.1, u = 2**-24), plus the final rounding."""

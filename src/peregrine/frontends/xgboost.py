@@ -265,12 +265,13 @@ def _transform(g: GraphBuilder, margin: str, parsed: Parsed, model: Any) -> tupl
     """What Booster.predict returns (PredTransform); bool: 1-D result."""
     kind = OBJECTIVES[parsed.objective][1]
     k = parsed.n_outputs
+    # sigmoid and softmax in float32 around libm's expf, as common::Sigmoid / common::Softmax
     if kind == "sigmoid":
-        return g.add(Op.LINK, (margin,), width=k, kind=Link.SIGMOID), k == 1
+        return g.add(Op.LINK, (margin,), width=k, kind=Link.SIGMOID, float32=True), k == 1
     if kind == "exp":
         return g.add(Op.LINK, (margin,), width=k, kind=Link.EXP), k == 1
     if kind == "softmax":
-        return g.add(Op.LINK, (margin,), width=k, kind=Link.SOFTMAX), False
+        return g.add(Op.LINK, (margin,), width=k, kind=Link.SOFTMAX, float32=True), False
     if kind == "argmax":  # class ids as float32, first maximum (std::max_element)
         return g.add(Op.ARGMAX, (margin,), dtype="int64", width=1), True
     if kind == "hinge":  # preds > 0 ? 1 : 0

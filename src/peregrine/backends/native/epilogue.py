@@ -19,7 +19,8 @@ import numpy as np
 from llvmlite import ir
 
 from peregrine.ir import Link, Node, Op
-from peregrine.kernels.irutil import F64, I32, I64, Lanes, gep
+from peregrine.ir.semantics.libm32 import EPS, EXP_CLAMP
+from peregrine.kernels.irutil import F32, F64, I32, I64, Lanes, gep
 
 
 class Code(enum.IntEnum):
@@ -30,6 +31,8 @@ class Code(enum.IntEnum):
     AFFINE = 4  # n, scale[n], shift[n]
     BINARY_PROBA = 5
     ISOLATION = 6  # denominator
+    SIGMOID32 = 7  # XGBoost's float32 sigmoid around libm's expf (ir/semantics/libm32.py)
+    SOFTMAX32 = 8  # XGBoost's float32 softmax, the sum in float64
 
 
 def encode(chain: list[Node], width: int) -> tuple[np.ndarray, int] | None:
@@ -41,7 +44,9 @@ def encode(chain: list[Node], width: int) -> tuple[np.ndarray, int] | None:
             kind = node.attrs.kind
             if kind is Link.IDENTITY:
                 continue
-            if kind is Link.SIGMOID:
+            if node.attrs.float32:  # LINK.check: SIGMOID (scale 1) or SOFTMAX
+                prog += [Code.SIGMOID32 if kind is Link.SIGMOID else Code.SOFTMAX32]
+            elif kind is Link.SIGMOID:
                 prog += [Code.SIGMOID, float(node.attrs.scale)]
             elif kind is Link.EXP:
                 prog += [Code.EXP]
@@ -104,7 +109,8 @@ class Interpreter:
         switch = b.switch(b.fptosi(param(0), I32), done)
         for code, emit in ((Code.SIGMOID, self.sigmoid), (Code.EXP, self.exp),
                            (Code.SOFTMAX, self.softmax), (Code.AFFINE, self.affine),
-                           (Code.BINARY_PROBA, self.binary), (Code.ISOLATION, self.isolation)):
+                           (Code.BINARY_PROBA, self.binary), (Code.ISOLATION, self.isolation),
+                           (Code.SIGMOID32, self.sigmoid32), (Code.SOFTMAX32, self.softmax32)):
             case = b.append_basic_block(f"epi.{code.name.lower()}")
             switch.add_case(ir.Constant(I32, int(code)), case)
             b.position_at_end(case)
@@ -136,6 +142,53 @@ class Interpreter:
 
         self.each(body)
         return ir.Constant(I64, 2)
+
+    def expf(self, x: ir.Value) -> ir.Value:
+        """libm's expf on each lane (``llvm.exp`` on float lowers to a call of ``expf``, the
+        function XGBoost calls; no vector math library is linked in)."""
+        v = self.v
+        return v.intrinsic(f"llvm.exp.{v._suffix(F32)}", v.ty(F32), [x])
+
+    def sigmoid32(self, param) -> ir.Value:
+        """common::Sigmoid(float): 1 / (expf(min(-x, 88.7)) + 1 + 1e-16) in float32."""
+        b, v = self.b, self.v
+        clamp, one = v.const(F32, float(EXP_CLAMP)), v.const(F32, 1.0)
+
+        def body(c):
+            neg = b.fneg(b.fptrunc(self.get(c), v.ty(F32)))  # the margin is a float32 number
+            t = b.select(b.fcmp_ordered("<", clamp, neg), clamp, neg)  # std::min(-x, 88.7f)
+            den = b.fadd(b.fadd(self.expf(t), one), v.const(F32, float(EPS)))
+            self.put(c, b.fpext(b.fdiv(one, den), v.ty(F64)))
+
+        self.each(body)
+        return ir.Constant(I64, 1)
+
+    def softmax32(self, param) -> ir.Value:
+        """common::Softmax: fmaxf maximum, expf(x - max) in float32, summed in float64 in
+        column order, each divided by the float32-rounded sum."""
+        b, v = self.b, self.v
+        f32 = v.ty(F32)
+        top = self.k.loops.var(f32, b.fptrunc(self.get(0), f32), "top32")
+        total = self.k.loops.var(v.ty(F64), v.const(F64, 0.0), "total64")
+
+        def find_max(c):  # fmaxf: a NaN loses to a number
+            cur, x = b.load(top, typ=f32), b.fptrunc(self.get(c), f32)
+            take = b.or_(b.fcmp_ordered(">", x, cur), b.fcmp_unordered("uno", cur, cur))
+            b.store(b.select(take, x, cur), top)
+
+        def exponentiate(c):
+            e = self.expf(b.fsub(b.fptrunc(self.get(c), f32), b.load(top, typ=f32)))
+            self.put(c, b.fpext(e, v.ty(F64)))
+            b.store(b.fadd(b.load(total, typ=v.ty(F64)), b.fpext(e, v.ty(F64))), total)
+
+        def divide(c):
+            den = b.fptrunc(b.load(total, typ=v.ty(F64)), f32)
+            self.put(c, b.fpext(b.fdiv(b.fptrunc(self.get(c), f32), den), v.ty(F64)))
+
+        self.each(find_max)
+        self.each(exponentiate)
+        self.each(divide)
+        return ir.Constant(I64, 1)
 
     def exp(self, param) -> ir.Value:
         self.each(lambda c: self.put(c, self.v.unary("exp", self.get(c))))

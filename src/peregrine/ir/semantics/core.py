@@ -17,6 +17,7 @@ from peregrine.ir.semantics.base import (
     narrow_column_maps,
     per_column,
 )
+from peregrine.ir.semantics.libm32 import sigmoid32, softmax32
 from peregrine.options import CompileOptions
 
 
@@ -99,15 +100,25 @@ class LinkAttrs(Attrs):
     kind: Link
     scale: float = 1.0
     denominator: float | None = None
+    # SIGMOID / SOFTMAX as XGBoost computes them: float32 arithmetic around the C library's
+    # expf (ir/semantics/libm32.py), returning float32
+    float32: bool = False
 
     def check(self, n: Any, ins: list) -> None:
         super().check(n, ins)
         if not isinstance(self.kind, Link):
             raise bad(n, "needs a Link kind")
+        if self.float32 and (self.kind not in (Link.SIGMOID, Link.SOFTMAX) or self.scale != 1.0):
+            raise bad(n, "float32 applies to SIGMOID (scale 1) and SOFTMAX only")
         if self.kind is Link.ISOLATION_SCORE and self.denominator is None:
             raise bad(n, "ISOLATION_SCORE needs a denominator")
 
+    def float32_out(self, ins_float32: list[bool]) -> bool:
+        return self.float32
+
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
+        if self.float32:
+            return sigmoid32(ins[0]) if self.kind is Link.SIGMOID else softmax32(ins[0])
         return _LINK_RULES[self.kind](ins[0], self)
 
 
