@@ -22,7 +22,15 @@ from tvm import relax
 
 from peregrine.backends.base import Backend, Executable
 from peregrine.backends.tvm import build
-from peregrine.backends.tvm.ops import FALLBACK, LOWERINGS, Context, cast, dtype_of, lower_node
+from peregrine.backends.tvm.ops import (
+    FALLBACK,
+    LOWERINGS,
+    Context,
+    cast,
+    dtype_of,
+    lower_node,
+    rule_only,
+)
 from peregrine.backends.tvm.trees import choose_strategy
 from peregrine.errors import UnsupportedModelError
 from peregrine.ir import Op
@@ -97,7 +105,8 @@ class TvmExecutable(Executable):
         return f"peregrine.tvm.{self.key}.{node_name}.{dtype}"
 
     def _fallback_nodes(self) -> list:
-        return [n for n in self.spec.graph.nodes if n.op in FALLBACK]
+        # plus XGBoost's float32 links: their bits are libm's expf, which the rule calls
+        return [n for n in self.spec.graph.nodes if n.op in FALLBACK or rule_only(n)]
 
     def _register_fallbacks(self) -> None:
         options = self.options

@@ -168,8 +168,18 @@ if set(LINKS) != set(Link):
     raise RuntimeError(f"LINK kinds without a tvm lowering: {set(Link) - set(LINKS)}")
 
 
+def rule_only(node: Node) -> bool:
+    """A node of a lowered op that still runs its NumPy rule: XGBoost's float32 sigmoid and
+    softmax (LINK float32), whose bits are the C library's expf (ir/semantics/libm32.py),
+    which the rule calls; TVM's own exp would round differently."""
+    return node.op is Op.LINK and bool(node.attrs.float32)
+
+
 @lowering(Op.LINK)
 def lower_link(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    if rule_only(node):
+        assert ctx.fallback is not None
+        return ctx.fallback(node, ins)
     return LINKS[node.attrs.kind](ins[0], node)
 
 
@@ -310,4 +320,4 @@ def lower_node(ctx: Context, node: Node, ins: list) -> relax.Expr:
 
 
 FALLBACK = frozenset(op for op in Op if op is not Op.INPUT) - frozenset(LOWERINGS)
-__all__ = ["FALLBACK", "LOWERINGS", "Context", "lower_node"]
+__all__ = ["FALLBACK", "LOWERINGS", "Context", "lower_node", "rule_only"]
