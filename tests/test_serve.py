@@ -20,6 +20,7 @@ xgb = pytest.importorskip("xgboost")
 
 import peregrine  # noqa: E402
 from peregrine.deploy import ServeConfig, create_app  # noqa: E402
+from peregrine.deploy.formats import load_npy  # noqa: E402
 from peregrine.deploy.testing import running_server  # noqa: E402
 from tests.deploy_models import string_pipeline  # noqa: E402
 
@@ -131,7 +132,7 @@ def test_npy_and_arrow_bodies_answer_in_kind(xgb_model, xgb_server):
         )
         assert r.status_code == 200, r.text
         assert r.headers["content-type"] == NPY
-        out = np.load(io.BytesIO(r.content), allow_pickle=False)
+        out = load_npy(r.content)
         np.testing.assert_allclose(out, model.predict_proba(X_in), RTOL, ATOL)
     df = pd.DataFrame(X, columns=[f"f{j}" for j in range(N_FEATURES)])
     r = httpx.post(
@@ -342,7 +343,7 @@ def test_concurrent_requests_of_different_sizes_and_formats_get_exact_answers(
             r = client.post(
                 f"{url}/v1/predict_proba", content=_npy(data), headers={"Content-Type": NPY}
             )
-            return r.status_code, np.load(io.BytesIO(r.content), allow_pickle=False)
+            return r.status_code, load_npy(r.content)
 
     with concurrent.futures.ThreadPoolExecutor(24) as pool:
         results = list(pool.map(send, jobs))

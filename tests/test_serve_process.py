@@ -23,6 +23,7 @@ xgb = pytest.importorskip("xgboost")
 
 import peregrine  # noqa: E402
 from peregrine.cli import main  # noqa: E402
+from peregrine.deploy.formats import load_npy  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 NPY = "application/x-npy"
@@ -137,7 +138,7 @@ def test_client_disconnects_do_not_hurt_the_server(artifact):
         r = httpx.post(
             f"{server.url}/v1/predict", content=body, headers={"Content-Type": NPY}, timeout=30
         )
-        out = np.load(io.BytesIO(r.content), allow_pickle=False)
+        out = load_npy(r.content)
         np.testing.assert_array_equal(out, model.predict(X))
     finally:
         server.stop()
@@ -174,11 +175,11 @@ def test_sigterm_answers_every_accepted_request_then_exits(artifact):
             results = [f.result() for f in futs]
         assert status == 200
         np.testing.assert_allclose(
-            np.load(io.BytesIO(answer), allow_pickle=False), model.predict_proba(X), 1e-5, 1e-6
+            load_npy(answer), model.predict_proba(X), 1e-5, 1e-6
         )
         for r in results:
             assert r.status_code == 200
-            np.testing.assert_array_equal(np.load(io.BytesIO(r.content)), model.predict(X))
+            np.testing.assert_array_equal(load_npy(r.content), model.predict(X))
         # uvicorn re-raises the signal once it has shut down cleanly (the parent sees how it
         # ended); older uvicorn versions exit 0
         assert server.proc.wait(30) in (0, -signal.SIGTERM)

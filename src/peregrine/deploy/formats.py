@@ -18,6 +18,7 @@ import io
 import itertools
 import json
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -216,9 +217,22 @@ def _finite_or_none(v: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------- npy --
+# np.load parses the .npy header with ast.literal_eval, and CPython 3.11 (before 3.11.8) keeps
+# the AST validator's recursion depth per interpreter, not per thread: two threads parsing at
+# once can raise "SystemError: AST constructor recursion depth mismatch" (CPython gh-106905;
+# seen here as a 500 under concurrent .npy requests). One lock serialises the header parses.
+NPY_LOCK = threading.Lock()
+
+
+def load_npy(body: bytes) -> Any:
+    """np.load of a .npy body without pickles, safe to call from several threads at once."""
+    with NPY_LOCK:
+        return np.load(io.BytesIO(body), allow_pickle=False)
+
+
 def _decode_npy(body: bytes) -> Payload:
     try:
-        arr = np.load(io.BytesIO(body), allow_pickle=False)
+        arr = load_npy(body)
     except ValueError as exc:  # object arrays need pickles: refused
         raise BodyError(f"body is not a valid .npy array without pickles: {exc}") from None
     except (OSError, EOFError) as exc:
