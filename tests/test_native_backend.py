@@ -233,7 +233,10 @@ def test_float64_inputs_compare_in_float64():
     [(Op.LINK, {"kind": Link.EXP})],
     [(Op.LINK, {"kind": Link.ISOLATION_SCORE, "denominator": 7.5})],
     [(Op.LINK, {"kind": Link.SOFTMAX}), (Op.ARGMAX, {})],
-], ids=["sigmoid-binary", "sigmoid-scaled", "affine-softmax", "exp", "isolation", "argmax"])
+    [(Op.LINK, {"kind": Link.SIGMOID}), (Op.THRESHOLD, {"value": 0.5})],
+    [(Op.THRESHOLD, {"value": 0.0, "strict": False})],
+], ids=["sigmoid-binary", "sigmoid-scaled", "affine-softmax", "exp", "isolation", "argmax",
+        "threshold", "threshold-or-equal"])
 def test_fused_epilogue(chain):
     n_outputs = 3 if any(k.get("kind") is Link.SOFTMAX for _, k in chain) else 1
     forest = random_forest(seed=5, n_outputs=n_outputs, groups=n_outputs > 1, n_trees=30)
@@ -247,6 +250,39 @@ def test_fused_epilogue(chain):
                 np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
             else:
                 np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("op", [Op.ARGMAX, Op.THRESHOLD])
+def test_fused_decisions_on_ties_and_nan(op):
+    """A decision fused into the kernel's epilogue (the class index written as a float64
+    number) gives np.argmax's answer on ties (the first maximum) and on NaN (the first NaN), and
+    Threshold's on values equal to the threshold and on NaN (class 0), for one row, a few rows
+    and a batch."""
+    import dataclasses
+
+    width = 3 if op is Op.ARGMAX else 1
+    forest = random_forest(seed=9, n_outputs=width, width=width, n_trees=4, depth=3)
+    rng = np.random.default_rng(2)
+    value = np.round(forest.value * 2) / 8  # few distinct sums: ties between columns
+    value[rng.random(value.shape) < 0.1] = np.nan
+    forest = dataclasses.replace(forest, value=value, base_score=np.zeros(width))
+    chain = [(op, {"value": 0.0, "strict": True} if op is Op.THRESHOLD else {})]
+    spec = model_spec(forest, chain)
+    X = edge_rows(forest)
+    want = expected(spec, X)
+    raw = expected(model_spec(forest), X)
+    assert np.isnan(raw).any() and (want.dtype == np.int64)
+    if op is Op.ARGMAX:  # the case is only a test if ties reach the argmax
+        assert any(len(set(r)) < width for r in raw[~np.isnan(raw).any(axis=1)])
+    else:
+        assert (raw == 0.0).any()
+    for schedule in (None, Schedule(lanes="trees")):
+        model = compiled(spec, schedule)
+        for rows in (X, X[:1], X[:5]):
+            got = model._exec.run(rows, ("predict",))["predict"]
+            assert got.dtype == np.int64  # the executable's value, before the method's cast
+            np.testing.assert_array_equal(got, expected(spec, rows))
+            np.testing.assert_array_equal(model.predict(rows), expected(spec, rows))
 
 
 def test_single_rows_match_batch():

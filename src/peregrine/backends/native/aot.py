@@ -275,7 +275,8 @@ def _lower_method(low: Lowered, spec: Any, options: CompileOptions, cpu: jit.Tar
         f32[n.name] = (dt == "float32" if n.op is Op.INPUT else
                        n.attrs.float32_out([f32[i] for i in n.inputs]))
     buffers = {graph_input(graph).name: X}
-    plan = fuse_plan(graph, {node.name})
+    # decisions stay row-wise segments: a forest call's buffer is float64, class indices int64
+    plan = fuse_plan(graph, {node.name}, decisions=False)
     segment: list[Node] = []
 
     def close() -> None:

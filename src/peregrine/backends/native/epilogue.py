@@ -8,6 +8,10 @@ every method and every model; the formulas are those of the op rules (``ir/seman
 (``sigmoid`` in its overflow-free form, max-subtracted softmax), equal to them up to the last
 bit of libm's ``exp``. Ops outside this table end the fused chain and run as NumPy rules.
 
+A classifier's decision (THRESHOLD, ARGMAX) may end a program: the kernel then writes the class
+index as a float64 number (exact for any index), which the caller converts to int64. ``predict``
+on one row then costs one kernel call, not a kernel call plus a NumPy rule (~2.7 us more).
+
 Program: ``[op, params...]*`` then END. AFFINE carries n (1 or the width) scales and n shifts.
 """
 
@@ -33,14 +37,29 @@ class Code(enum.IntEnum):
     ISOLATION = 6  # denominator
     SIGMOID32 = 7  # XGBoost's float32 sigmoid around libm's expf (ir/semantics/libm32.py)
     SOFTMAX32 = 8  # XGBoost's float32 softmax, the sum in float64
+    THRESHOLD = 9  # value, strict: column 0 > value (>=) as 1.0 / 0.0
+    ARGMAX = 10  # first index of the row's maximum, NaN counting as the maximum (np.argmax)
 
 
-def encode(chain: list[Node], width: int) -> tuple[np.ndarray, int] | None:
+DECISIONS = (Op.THRESHOLD, Op.ARGMAX)  # int64 results: they end a program
+
+
+def encode(chain: list[Node], width: int,
+           decisions: bool = True) -> tuple[np.ndarray, int] | None:
     """(program, output width) for ops applied in order to a ``width``-column ensemble output,
-    or None when some op cannot run fused (it then runs as its NumPy rule)."""
+    or None when some op cannot run fused (it then runs as its NumPy rule). ``decisions``:
+    whether THRESHOLD / ARGMAX may end the program."""
     prog: list[float] = []
-    for node in chain:
-        if node.op is Op.LINK:
+    for i, node in enumerate(chain):
+        if node.op in DECISIONS:
+            if not decisions or i != len(chain) - 1:
+                return None  # nothing after a class index runs in float64 lanes
+            if node.op is Op.THRESHOLD:
+                prog += [Code.THRESHOLD, float(node.attrs.value), float(node.attrs.strict)]
+            else:
+                prog += [Code.ARGMAX]
+            width = 1
+        elif node.op is Op.LINK:
             kind = node.attrs.kind
             if kind is Link.IDENTITY:
                 continue
@@ -110,7 +129,8 @@ class Interpreter:
         for code, emit in ((Code.SIGMOID, self.sigmoid), (Code.EXP, self.exp),
                            (Code.SOFTMAX, self.softmax), (Code.AFFINE, self.affine),
                            (Code.BINARY_PROBA, self.binary), (Code.ISOLATION, self.isolation),
-                           (Code.SIGMOID32, self.sigmoid32), (Code.SOFTMAX32, self.softmax32)):
+                           (Code.SIGMOID32, self.sigmoid32), (Code.SOFTMAX32, self.softmax32),
+                           (Code.THRESHOLD, self.threshold), (Code.ARGMAX, self.argmax)):
             case = b.append_basic_block(f"epi.{code.name.lower()}")
             switch.add_case(ir.Constant(I32, int(code)), case)
             b.position_at_end(case)
@@ -246,3 +266,32 @@ class Interpreter:
 
         self.each(body)
         return ir.Constant(I64, 2)
+
+    def threshold(self, param) -> ir.Value:
+        """Threshold's rule: column 0 compared in float64; NaN compares false (class 0)."""
+        b, v = self.b, self.v
+        x, value = self.get(0), self.splat(param(1))
+        strict = b.fcmp_ordered("!=", param(2), ir.Constant(F64, 0.0))
+        above = b.select(strict, b.fcmp_ordered(">", x, value), b.fcmp_ordered(">=", x, value))
+        self.put(0, b.uitofp(above, v.ty(F64)))
+        b.store(ir.Constant(I32, 1), self.width)
+        return ir.Constant(I64, 3)
+
+    def argmax(self, param) -> ir.Value:
+        """np.argmax over the row: a later column wins only when strictly greater, and the
+        first NaN wins over everything (once the best is NaN, nothing compares greater)."""
+        b, v = self.b, self.v
+        best = self.k.loops.var(v.ty(F64), self.get(0), "best")
+        at = self.k.loops.var(v.ty(F64), v.const(F64, 0.0), "best_at")
+
+        def body(c):
+            cur, x = b.load(best, typ=v.ty(F64)), self.get(c)
+            nan_first = b.and_(b.fcmp_unordered("uno", x, x), b.fcmp_ordered("ord", cur, cur))
+            take = b.or_(b.fcmp_ordered(">", x, cur), nan_first)
+            b.store(b.select(take, x, cur), best)
+            b.store(b.select(take, self.splat(b.uitofp(c, F64)), b.load(at, typ=v.ty(F64))), at)
+
+        self.each(body)
+        self.put(0, b.load(at, typ=v.ty(F64)))
+        b.store(ir.Constant(I32, 1), self.width)
+        return ir.Constant(I64, 1)

@@ -418,11 +418,19 @@ class FusedForest:
     program: np.ndarray
     width: int
 
+    @property
+    def dtype(self) -> np.dtype:
+        """What the program computes: int64 class indices when a decision ends it (the kernel
+        writes them as float64 numbers), else float64."""
+        last = self.chain[-1] if self.chain else self.tree
+        return np.dtype(np.int64) if last.op in epilogue.DECISIONS else FLOAT64
 
-def fuse_plan(graph, wanted: set[str]) -> list:
+
+def fuse_plan(graph, wanted: set[str], decisions: bool = True) -> list:
     """The nodes computing ``wanted`` (node names) in order, with each forest and the
     element-wise chain after it fused into one :class:`FusedForest` (what runs in its
-    kernel). Shared with the ahead-of-time libraries (aot.py), which lower the same plan."""
+    kernel). Shared with the ahead-of-time libraries (aot.py), which lower the same plan;
+    ``decisions``: whether a THRESHOLD / ARGMAX may end a fused chain."""
     needed, stack = set(), list(wanted)
     while stack:
         name = stack.pop()
@@ -441,7 +449,7 @@ def fuse_plan(graph, wanted: set[str]) -> list:
         chain, cur, enc = [], node, epilogue.encode([], node.width or 1)
         while cur.name not in wanted and len(users[cur.name]) == 1:
             nxt = users[cur.name][0]
-            trial = epilogue.encode(chain + [nxt], node.attrs.forest.n_outputs)
+            trial = epilogue.encode(chain + [nxt], node.attrs.forest.n_outputs, decisions)
             if trial is None or len(nxt.inputs) != 1:
                 break
             chain, cur, enc = chain + [nxt], nxt, trial
@@ -499,7 +507,7 @@ class NativeExecutable(Executable):
         if any(isinstance(n, FusedForest) for n in rest):
             return None
         first = self.programs[step.tree.name].caller(
-            step.program, step.width, lambda X: self._forest(step, X))
+            step.program, step.width, lambda X: self._forest(step, X), step.dtype)
         x_name, end, options = plan[0].name, step.end, self.options
 
         def run(X: np.ndarray) -> np.ndarray:
@@ -518,7 +526,8 @@ class NativeExecutable(Executable):
             if len(plan) == 2 and len(outputs) == 1 and isinstance(plan[1], FusedForest):
                 step = plan[1]
                 prog = self.programs[step.tree.name]
-                dtype = self._method_dtype(outputs[0])
+                dtype = (step.dtype if step.dtype.kind == "i"
+                         else self._method_dtype(outputs[0]))
                 self._direct[outputs] = prog.caller(
                     step.program, step.width, lambda X, s=step, d=dtype: self._forest(s, X, d),
                     dtype)
@@ -572,12 +581,13 @@ class NativeExecutable(Executable):
                   if m.output == output and m.labels is None and m.dtype != "input"}
         return dtypes.pop() if len(dtypes) == 1 and next(iter(dtypes)).kind == "f" else FLOAT64
 
-    def _forest(self, step: FusedForest, X: np.ndarray, out_dtype: np.dtype = FLOAT64
+    def _forest(self, step: FusedForest, X: np.ndarray, out_dtype: np.dtype | None = None
                 ) -> np.ndarray:
+        out_dtype = step.dtype if out_dtype is None else out_dtype
         prog = self.programs[step.tree.name]
         out = prog(X, step.program, step.width, out_dtype=out_dtype)
-        if out is not None:
-            return out
+        if out is not None:  # (a few rows come back in float64)
+            return out.astype(out_dtype, copy=False)
         value = prog.raw(X)  # trees ran in parallel: the chain runs as its NumPy rules
         for node in step.chain:
             value = rules.run(node, [value], self.options)
