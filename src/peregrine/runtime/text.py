@@ -34,8 +34,8 @@ from peregrine.runtime.text_tokens import (
     HashTable,
     _class_table,
     _codes,
-    _lower_growth,
     _Tokens,
+    lower_documents,
 )
 
 
@@ -73,11 +73,12 @@ def documents(X: Any) -> list[str]:
 class TextRunner:
     """A TextSpec's compiled lookup tables; ``matrix(docs)`` is the vectorizer's transform."""
 
-    def __init__(self, spec: TextSpec) -> None:
+    def __init__(self, spec: TextSpec, compiled: bool = True) -> None:
         self.spec = spec
         self.table = _class_table(spec.char_class)
         lo, hi = spec.ngram_range
         self.stop = frozenset(spec.stop_words)
+        self._native: Any = None if compiled and not spec.hashing else False
         if spec.hashing:
             self.tokens = None
             return
@@ -95,6 +96,7 @@ class TextRunner:
         if t ** hi >= 1 << 62:
             raise ValueError(f"text: {t} tokens ** n-gram length {hi} overflows the n-gram keys")
         self.t = t
+        self.term_ids = grams  # each term's token ids (text_native.py builds its keys)
         # per n: n-gram key (token ids in base t) -> the term's column
         self.grams: dict[int, HashTable] = {}
         for n in range(lo, hi + 1):
@@ -104,29 +106,28 @@ class TextRunner:
                 keys = keys * t + np.array([grams[j][k] for j in cols], dtype=np.int64)
             self.grams[n] = HashTable(keys, np.asarray(cols, dtype=np.int64))
 
+    def native(self) -> Any:
+        """The compiled tokenizer's tables (runtime/text_native.py), built on first use; None
+        where it does not run (hashing, n-gram keys past int64, no LLVM)."""
+        if self._native is None:
+            try:
+                from peregrine.runtime.text_native import NativeText
+
+                self._native = NativeText(self)
+            except (ImportError, OSError, OverflowError, RuntimeError):
+                self._native = False
+        return self._native or None
+
     # ---------------------------------------------------------------------- tokenizer --
     def _tokens(self, docs: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                 np.ndarray]:
         """(code points, run starts, run ends, run's document)."""
         spec = self.spec
         joined = _SEP.join(docs)
-        lens = np.fromiter((len(d) for d in docs), dtype=np.int64, count=len(docs))
+        lens = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
         if spec.lowercase:
-            if joined.isascii():
-                codes = _codes(joined.lower())
-            else:
-                codes0 = _codes(joined)
-                grow_cp, grow_by = _lower_growth()
-                hit = np.isin(codes0, grow_cp)
-                if hit.any():  # lower() lengthens these: recount each document's length
-                    extra = np.zeros(codes0.size, dtype=np.int64)
-                    extra[hit] = grow_by[np.searchsorted(grow_cp, codes0[hit])]
-                    ends0 = np.cumsum(lens + 1) - 1
-                    csum = np.concatenate(([0], np.cumsum(extra)))
-                    lens = lens + csum[ends0] - csum[ends0 - lens]
-                codes = _codes(joined.lower())
-        else:
-            codes = _codes(joined)
+            joined, lens = lower_documents(joined, lens)
+        codes = _codes(joined)
         doc_start = np.cumsum(lens + 1) - lens - 1
         mark = self.table[codes].view(np.int8)
         edges = np.diff(mark, prepend=np.int8(0), append=np.int8(0))
@@ -142,6 +143,10 @@ class TextRunner:
         """The document-term counts as CSR arrays (data int64, indices, indptr), indices
         sorted within each row, explicit zeros never stored."""
         spec = self.spec
+        nat = self.native()
+        got = None if nat is None else nat.run(docs)
+        if got is not None:
+            return got[:3]
         codes, starts, ends, doc = self._tokens(docs)
         if spec.hashing:
             feat, sign, fdoc = hashed_features(self, codes, starts, ends, doc)
@@ -174,9 +179,13 @@ class TextRunner:
     # ------------------------------------------------------------------------ weights --
     def matrix(self, docs: list[str]) -> Any:
         """S: the vectorizer's transform (a scipy.sparse csr_matrix of ``spec.dtype``)."""
-        from scipy import sparse
 
         spec = self.spec
+        nat = self.native()
+        if nat is not None and nat.weighs and (spec.idf is not None or spec.norm):
+            got = nat.run(docs, weigh=True)  # tf-idf values from the kernel
+            if got is not None:
+                return _csr(got[3], got[1], got[2], len(docs), spec)
         data, indices, indptr = self.counts(docs)
         if spec.binary:
             data = np.ones_like(data)  # X.data.fill(1) / np.sign of positive counts
@@ -190,14 +199,17 @@ class TextRunner:
             values = _normalize_rows(values, indptr, spec.norm)
         if spec.idf is None and not spec.norm and not spec.sublinear_tf:
             values = data  # counts: CountVectorizer's integers
-        out = sparse.csr_matrix((values.astype(spec.dtype, copy=False), indices, indptr),
-                                shape=(len(docs), spec.n_features))
-        out.has_sorted_indices = True
-        return out
+        return _csr(values, indices, indptr, len(docs), spec)
 
     def dense(self, docs: list[str]) -> np.ndarray:
         """The (n, K) float64 matrix the graph reads: S @ projection or S[:, columns]."""
         spec = self.spec
+        nat = self.native()
+        if nat is not None and nat.weighs and spec.projection is not None and \
+                spec.binarize is None:
+            got = nat.run(docs, projection=np.asarray(spec.projection, dtype=np.float64))
+            if got is not None:
+                return got[4]
         s = self.matrix(docs)
         if spec.binarize is not None:  # sklearn's binarize on sparse input: x > t -> 1, else 0
             s.data = (s.data > spec.binarize).astype(np.float64)
@@ -208,6 +220,16 @@ class TextRunner:
                               dtype=np.float64)
         cols = np.asarray(spec.columns, dtype=np.int64)
         return np.asarray(s[:, cols].toarray(), dtype=np.float64)
+
+
+def _csr(values: np.ndarray, indices: np.ndarray, indptr: np.ndarray, n_docs: int,
+         spec: TextSpec) -> Any:
+    from scipy import sparse
+
+    out = sparse.csr_matrix((values.astype(spec.dtype, copy=False), indices, indptr),
+                            shape=(n_docs, spec.n_features))
+    out.has_sorted_indices = True
+    return out
 
 
 def _count_pairs(doc: np.ndarray, feat: np.ndarray, n_docs: int, n_features: int,

@@ -35,6 +35,23 @@ def _lower_growth() -> tuple[np.ndarray, np.ndarray]:
             np.array([g for _, g in grow], dtype=np.int64))
 
 
+def lower_documents(joined: str, lens: np.ndarray) -> tuple[str, np.ndarray]:
+    """``joined.lower()`` (documents joined by ``_SEP``) and each document's length after it:
+    lower() lengthens a few code points (U+0130 -> "i\u0307"), and never shortens one, so the
+    lengths are recounted only when the text grew."""
+    lowered = joined.lower()
+    if len(lowered) == len(joined):
+        return lowered, lens
+    codes0 = _codes(joined)
+    grow_cp, grow_by = _lower_growth()
+    hit = np.isin(codes0, grow_cp)
+    extra = np.zeros(codes0.size, dtype=np.int64)
+    extra[hit] = grow_by[np.searchsorted(grow_cp, codes0[hit])]
+    ends0 = np.cumsum(lens + 1) - 1
+    csum = np.concatenate(([0], np.cumsum(extra)))
+    return lowered, lens + csum[ends0] - csum[ends0 - lens]
+
+
 def _codes(text: str) -> np.ndarray:
     return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
 

@@ -1,0 +1,165 @@
+"""A TextRunner's tables laid out for the compiled tokenizer (kernels/text_kernel.py), and the
+call: documents -> CSR counts, tf-idf values or the projected (n, K) scores in one pass.
+
+The kernel computes what the NumPy path of runtime/text.py computes (tests/test_text_native.py
+compares them on random Unicode text): the same token-class table, the same polynomial hash
+and hash tables (their slots interleaved as (key, value) pairs so a probe touches one cache
+line), the same code-point verification. Two differences of form, none of result:
+
+* lowercasing: a table of each code point's ``str.lower()`` when it is one code point and
+  context-free; any other (U+0130, U+03A3: Final_Sigma) makes the kernel stop and the text is
+  lowercased by Python, then scanned again without the table;
+* n-gram keys: one table for every n >= 2, keyed by the token ids plus one as digits in base
+  ``tokens + 1`` (no leading zero digit, so n-grams of different n never share a key).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import itertools
+from typing import Any
+
+import numpy as np
+
+from peregrine.kernels.text_kernel import ARGS, LOWER_SPECIAL, TextKernelSpec
+from peregrine.runtime.text_tokens import _N_CODES, _SEP, HashTable, _codes, lower_documents
+
+_KERNEL = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
+_MAX_NNZ = (1 << 31) - 1  # indices and indptr are int32, as the NumPy path makes them
+
+
+@functools.cache
+def _kernel() -> Any:
+    from peregrine.kernels import jit
+
+    address, _ = jit.kernel_address(TextKernelSpec())
+    return _KERNEL(address)
+
+
+@functools.cache
+def lower_table() -> np.ndarray:
+    """uint32 per code point: ``ord(chr(c).lower())``, or LOWER_SPECIAL where lower() is not
+    one code point (U+0130) or depends on the context (U+03A3, Final_Sigma)."""
+    low = list(map(str.lower, map(chr, range(_N_CODES))))
+    one = np.fromiter(map(len, low), dtype=np.int64, count=_N_CODES) == 1
+    table = np.full(_N_CODES, LOWER_SPECIAL, dtype=np.uint32)
+    table[one] = _codes("".join(itertools.compress(low, one)))
+    table[0x3A3] = LOWER_SPECIAL
+    return table
+
+
+def _slots(table: HashTable) -> np.ndarray:
+    """A HashTable's slots as (key, value) pairs: the probe sequence is unchanged."""
+    out = np.empty((table.slot_key.size, 2), dtype=np.uint64)
+    out[:, 0] = table.slot_key
+    out[:, 1] = table.slot_val.view(np.uint64)
+    return out
+
+
+def _signed(x: int) -> int:
+    return x - (1 << 64) if x >= 1 << 63 else x
+
+
+class NativeText:
+    """The kernel's view of a TextRunner (``term_ids``: each vocabulary term's token ids)."""
+
+    def __init__(self, run: Any) -> None:
+        spec, tok = run.spec, run.tokens
+        lo, hi = spec.ngram_range
+        t = run.t
+        if (t + 1) ** hi >= 1 << 63:
+            raise OverflowError("n-gram keys overflow int64")
+        self.spec, self.hi = spec, hi
+        keys, cols, uni = [], [], np.full(t, -1, dtype=np.int32)
+        for col, ids in enumerate(run.term_ids):
+            if len(ids) == 1:
+                uni[ids[0]] = col
+            else:
+                key = 0
+                for i in ids:
+                    key = key * (t + 1) + i + 1
+                keys.append(key)
+                cols.append(col)
+        grams = HashTable(np.array(keys, dtype=np.int64), np.array(cols, dtype=np.int64))
+        self.idf = (np.asarray(spec.idf, dtype=np.float64) if spec.idf is not None
+                    else np.ones(spec.n_features, dtype=np.float64))
+        self.keep = [tok.codes, tok.starts, tok.lens, run.is_stop, uni, self.idf,
+                     tok_slots := _slots(tok.table), gram_slots := _slots(grams)]
+        self.args = dict.fromkeys(ARGS, 0)
+        self.args.update(
+            klass=run.table.ctypes.data, min_len=spec.min_len, tok_slots=tok_slots.ctypes.data,
+            tok_mask=tok.table.mask, tok_shift=int(tok.table.shift), base=_signed(tok.base),
+            vcodes=tok.codes.ctypes.data, vstart=tok.starts.ctypes.data,
+            vlen=tok.lens.ctypes.data, is_stop=run.is_stop.ctypes.data,
+            uni_col=uni.ctypes.data if lo <= 1 else 0, gram_slots=gram_slots.ctypes.data,
+            gram_mask=grams.mask, gram_shift=int(grams.shift), radix=t + 1, lo=lo, hi=hi,
+            idf=self.idf.ctypes.data, norm={"": 0, "l1": 1, "l2": 2}[spec.norm],
+            binary=int(spec.binary))
+        self.fn = _kernel()
+
+    @property
+    def weighs(self) -> bool:
+        """Whether the kernel computes S's values: TfidfTransformer in float64, or counts
+        (exact in any dtype; scipy's product converts them to float64 as the kernel does);
+        not sublinear_tf (NumPy's log is not the C library's)."""
+        spec = self.spec
+        plain = spec.idf is None and not spec.norm
+        return (spec.dtype == "float64" or plain) and not spec.sublinear_tf
+
+    def run(self, docs: list[str], weigh: bool = False,
+            projection: np.ndarray | None = None) -> tuple | None:
+        """(counts int64, indices int32, indptr int32, values float64 or None, scores or
+        None); None when the output could outgrow int32 indices (the caller's NumPy path
+        takes it)."""
+        spec = self.spec
+        joined = _SEP.join(docs)
+        lens = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+        table = None
+        if spec.lowercase and joined.isascii():
+            joined = joined.lower()
+        elif spec.lowercase:
+            table = lower_table()
+        weigh = weigh or projection is not None
+        try:
+            got = self._scan(_codes(joined), lens, table, weigh, projection)
+            if got is None:
+                # a code point only Python lowercases: lowercase the text and scan it again
+                joined, lens = lower_documents(joined, lens)
+                got = self._scan(_codes(joined), lens, None, weigh, projection)
+        except _TooLarge:
+            return None
+        return got
+
+    def _scan(self, codes: np.ndarray, lens: np.ndarray, table: np.ndarray | None,
+              weigh: bool, projection: np.ndarray | None) -> tuple | None:
+        spec, n = self.spec, lens.size
+        lo, hi = spec.ngram_range
+        cap = ((codes.size + 1) // (spec.min_len + 1) + 1) * (hi - lo + 1)
+        if cap > _MAX_NNZ:
+            raise _TooLarge
+        idx = np.empty(cap, dtype=np.int32)
+        cnt = np.empty(cap, dtype=np.int64)
+        val = np.empty(cap if weigh else 0, dtype=np.float64)
+        indptr = np.empty(n + 1, dtype=np.int32)
+        hist = np.empty(hi, dtype=np.int64)
+        bounds = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lens + 1, out=bounds[1:])
+        k = 0 if projection is None else projection.shape[1]
+        w = None if projection is None else np.ascontiguousarray(projection, np.float64)
+        y = np.zeros((n, k), dtype=np.float64) if k else None
+        args = dict(self.args, codes=codes.ctypes.data, n_docs=n, bounds=bounds.ctypes.data,
+                    lower=0 if table is None else table.ctypes.data, hist=hist.ctypes.data,
+                    out_idx=idx.ctypes.data, out_cnt=cnt.ctypes.data,
+                    indptr=indptr.ctypes.data, weigh=int(weigh), out_val=val.ctypes.data, k=k,
+                    w=0 if w is None else w.ctypes.data, y=0 if y is None else y.ctypes.data)
+        vec = np.fromiter((args[a] for a in ARGS), dtype=np.int64, count=len(ARGS))
+        if self.fn(vec.ctypes.data) != 0:
+            return None  # the lowercase table met a code point it cannot map
+        nnz = int(indptr[-1])
+        return (cnt[:nnz].copy(), idx[:nnz].copy(), indptr,
+                val[:nnz].copy() if weigh and projection is None else None, y)
+
+
+class _TooLarge(Exception):
+    """The output could outgrow int32 indices: the NumPy path (int64 keys) takes it."""

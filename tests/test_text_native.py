@@ -1,0 +1,102 @@
+"""The compiled tokenizer (kernels/text_kernel.py, runtime/text_native.py) against the NumPy
+path it replaces and against scikit-learn, on random Unicode text: counts, indices and indptr
+equal; tf-idf values and projected scores equal to the bit."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
+
+import peregrine
+from peregrine.runtime import text_native
+from peregrine.runtime.text import TextRunner
+
+# ASCII words, accents, a combining mark, Greek with capital sigma (Final_Sigma), Turkish
+# dotted I (lower() lengthens it), CJK, emoji, digits, underscore, punctuation, NUL, a lone
+# surrogate, and several kinds of space
+ALPHABET = list("abcdefghijAB") + ["é", "Ü", "ß", "\u0301", "Σ", "Α", "σ", "ς", "İ", "I", "東",
+                                    "京", "😀", "7", "_", "-", ".", "\x00", "\ud800", " ", " ",
+                                    " ", "\t", "\u00a0", "\u2003", "\n"]
+NO_SPECIAL = [c for c in ALPHABET if c not in ("Σ", "İ")]
+
+
+def _docs(rng: np.random.Generator, n: int, alphabet: list[str], longest: int = 60) -> list[str]:
+    words = ["".join(rng.choice(alphabet, rng.integers(1, 6))) for _ in range(300)]
+    docs = []
+    for _ in range(n):
+        k = int(rng.integers(0, longest))
+        docs.append(" ".join(rng.choice(words, k)) if rng.random() < 0.8 else
+                    "".join(rng.choice(alphabet, k)))
+    return docs
+
+
+def _spec(vectorizer, docs):
+    return peregrine.compile(vectorizer.fit(docs)).spec.text
+
+
+CASES = [
+    TfidfVectorizer(ngram_range=(1, 2)),
+    TfidfVectorizer(ngram_range=(1, 3), norm="l1", stop_words=["ab", "ba", "東京"]),
+    TfidfVectorizer(ngram_range=(2, 3), use_idf=False),
+    TfidfVectorizer(binary=True, lowercase=False, token_pattern=r"\S+", min_df=2),
+    TfidfVectorizer(sublinear_tf=True, token_pattern=r"\w+", norm=None),
+    CountVectorizer(ngram_range=(1, 2), max_features=500),
+    CountVectorizer(binary=True, token_pattern=r"(?u)\b\w+\b", stop_words=["a", "b"]),
+]
+
+
+@pytest.mark.parametrize("alphabet", [ALPHABET, NO_SPECIAL], ids=["special", "table"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_kernel_matches_numpy_and_sklearn(case, alphabet):
+    rng = np.random.default_rng(case)
+    train, test = _docs(rng, 300, alphabet), _docs(rng, 200, alphabet)
+    vec = CASES[case]
+    spec = _spec(vec, train)
+    fast, slow = TextRunner(spec), TextRunner(spec, compiled=False)
+    assert fast.native() is not None and slow.native() is None
+    for got, want in zip(fast.counts(test), slow.counts(test)):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    got, want, sk = fast.matrix(test), slow.matrix(test), vec.transform(test)
+    for a in (want, sk):
+        assert got.dtype == a.dtype and np.array_equal(got.indptr, a.indptr)
+        assert np.array_equal(got.indices, a.indices) and np.array_equal(got.data, a.data)
+    W = rng.standard_normal((spec.n_features, 3))
+    proj = dataclasses.replace(spec, projection=W)
+    scores = TextRunner(proj).dense(test)
+    assert np.array_equal(scores, TextRunner(proj, compiled=False).dense(test))
+    assert np.array_equal(scores, np.asarray(sk @ W))  # scipy's product: sklearn's order
+
+
+def test_long_documents_and_fallbacks(monkeypatch):
+    """Rows of thousands of entries (the Shell sort's long passes), documents that are all
+    separators, and the NumPy path taking over when the output could outgrow int32."""
+    rng = np.random.default_rng(7)
+    train = _docs(rng, 200, NO_SPECIAL)
+    test = _docs(rng, 20, NO_SPECIAL, longest=5000) + ["", "   ", "\u2003", "-.-"]
+    vec = TfidfVectorizer(ngram_range=(1, 2))
+    spec = _spec(vec, train + test)  # the long documents' bigrams are terms: long rows
+    got, sk = TextRunner(spec).matrix(test), vec.transform(test)
+    assert np.diff(got.indptr).max() > 1000
+    assert np.array_equal(got.indices, sk.indices) and np.array_equal(got.data, sk.data)
+    monkeypatch.setattr(text_native, "_MAX_NNZ", 10)
+    run = TextRunner(spec)
+    assert run.native().run(test) is None
+    small = run.matrix(test)
+    assert np.array_equal(small.indices, sk.indices) and np.array_equal(small.data, sk.data)
+
+
+def test_lower_table_is_python_lower():
+    """The kernel's lowercase table: ``str.lower`` of every code point it maps, and the
+    marker for the code points lower() maps to several or by context."""
+    table = text_native.lower_table()
+    special = np.flatnonzero(table == text_native.LOWER_SPECIAL)
+    assert set(special.tolist()) >= {0x130, 0x3A3}
+    for c in list(range(0x300)) + [0x3A3, 0x130, 0x1E9E, 0x10400, 0xD800, 0x10FFFF]:
+        low = chr(c).lower()
+        if c in special:
+            assert len(low) != 1 or c == 0x3A3
+        else:
+            assert table[c] == ord(low)
