@@ -135,27 +135,39 @@ class NativeText:
               weigh: bool, projection: np.ndarray | None) -> tuple | None:
         spec, n = self.spec, lens.size
         lo, hi = spec.ngram_range
-        cap = ((codes.size + 1) // (spec.min_len + 1) + 1) * (hi - lo + 1)
+        longest = int(lens.max()) if n else 0
+        # tokens: runs of >= min_len characters, each followed by a separator but the last;
+        # each yields at most one term per n
+        per_doc = (longest + 1) // (spec.min_len + 1) + 1
+        reuse = projection is not None  # only y is wanted: every row reuses one small buffer
+        cap = per_doc if reuse else (codes.size + 1) // (spec.min_len + 1) + 1
+        cap *= hi - lo + 1
         if cap > _MAX_NNZ:
             raise _TooLarge
         idx = np.empty(cap, dtype=np.int32)
         cnt = np.empty(cap, dtype=np.int64)
         val = np.empty(cap if weigh else 0, dtype=np.float64)
         indptr = np.empty(n + 1, dtype=np.int32)
-        hist = np.empty(hi, dtype=np.int64)
+        tok = np.empty((4, per_doc), dtype=np.int64)  # start, length, hash, kept ids
+        gkeys = np.empty(per_doc * max(hi - 1, 1), dtype=np.int64)
         bounds = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lens + 1, out=bounds[1:])
         k = 0 if projection is None else projection.shape[1]
         w = None if projection is None else np.ascontiguousarray(projection, np.float64)
         y = np.zeros((n, k), dtype=np.float64) if k else None
         args = dict(self.args, codes=codes.ctypes.data, n_docs=n, bounds=bounds.ctypes.data,
-                    lower=0 if table is None else table.ctypes.data, hist=hist.ctypes.data,
+                    lower=0 if table is None else table.ctypes.data,
+                    tok_s=tok[0].ctypes.data, tok_n=tok[1].ctypes.data,
+                    tok_h=tok[2].ctypes.data, ids=tok[3].ctypes.data,
+                    gkeys=gkeys.ctypes.data, reuse=int(reuse),
                     out_idx=idx.ctypes.data, out_cnt=cnt.ctypes.data,
                     indptr=indptr.ctypes.data, weigh=int(weigh), out_val=val.ctypes.data, k=k,
                     w=0 if w is None else w.ctypes.data, y=0 if y is None else y.ctypes.data)
         vec = np.fromiter((args[a] for a in ARGS), dtype=np.int64, count=len(ARGS))
         if self.fn(vec.ctypes.data) != 0:
             return None  # the lowercase table met a code point it cannot map
+        if reuse:
+            return None, None, None, None, y
         nnz = int(indptr[-1])
         return (cnt[:nnz].copy(), idx[:nnz].copy(), indptr,
                 val[:nnz].copy() if weigh and projection is None else None, y)

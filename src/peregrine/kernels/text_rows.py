@@ -1,0 +1,128 @@
+"""One document's row in the text kernel (text_kernel.py): sort and count its columns, then
+TfidfTransformer.transform's weighting and the projection, in scikit-learn's order."""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from peregrine.kernels.irutil import F64, I32, I64
+from peregrine.kernels.text_ir import Fn
+from peregrine.kernels.text_ir import const as _c
+
+
+def count_row(f: Fn, idx: ir.Value, cnt: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """Sort idx[lo:hi] (Shell sort, Knuth's gaps: rows are short, long ones stay n^1.5), then
+    fold equal columns into (column, count) pairs in place; returns the row's new end."""
+    b = f.b
+    n = b.sub(hi, lo)
+    gap = f.var(_c(1), "gap")
+    gh, gb, gd = f.loop("gap.grow")
+    b.cbranch(b.icmp_signed("<", f.get(gap), b.sdiv(n, _c(3))), gb, gd)
+    b.position_at_end(gb)
+    b.store(b.add(b.mul(f.get(gap), _c(3)), _c(1)), gap)
+    b.branch(gh)
+    b.position_at_end(gd)
+    ph, pb, pd = f.loop("pass")
+    b.cbranch(b.icmp_signed(">=", f.get(gap), _c(1)), pb, pd)
+    b.position_at_end(pb)
+    h = f.get(gap)
+
+    def insert(i: ir.Value) -> None:
+        v = f.load(idx, I32, i)
+        j = f.var(i, "ins")
+        ih, ib, idone = f.loop("ins")
+        jj = f.get(j)
+        room = b.icmp_signed(">=", jj, b.add(lo, h))
+        test = b.append_basic_block("ins.test")
+        b.cbranch(room, test, idone)
+        b.position_at_end(test)
+        u = f.load(idx, I32, b.sub(jj, h))
+        b.cbranch(b.icmp_signed(">", u, v), ib, idone)
+        b.position_at_end(ib)
+        f.store(u, idx, I32, jj)
+        b.store(b.sub(jj, h), j)
+        b.branch(ih)
+        b.position_at_end(idone)
+        f.store(v, idx, I32, f.get(j))
+
+    f.loops.range(b.add(lo, h), hi, _c(1), insert, "shell")
+    b.store(b.sdiv(h, _c(3)), gap)
+    b.branch(ph)
+    b.position_at_end(pd)
+    out = f.var(lo, "fold.out")
+
+    def fold(i: ir.Value) -> None:
+        v = f.load(idx, I32, i)
+        o = f.get(out)
+        prev_same = b.and_(b.icmp_signed(">", o, lo), b.icmp_signed(
+            "==", f.load(idx, I32, b.sub(b.select(b.icmp_signed(">", o, lo), o, b.add(lo, _c(1))),
+                                         _c(1))), v))
+        same = b.append_basic_block("fold.same")
+        new = b.append_basic_block("fold.new")
+        after = b.append_basic_block("fold.after")
+        b.cbranch(prev_same, same, new)
+        b.position_at_end(same)
+        last = b.sub(o, _c(1))
+        f.store(b.add(f.load(cnt, I64, last), _c(1)), cnt, I64, last)
+        b.branch(after)
+        b.position_at_end(new)
+        f.store(v, idx, I32, o)
+        f.store(_c(1), cnt, I64, o)
+        b.store(b.add(o, _c(1)), out)
+        b.branch(after)
+        b.position_at_end(after)
+
+    f.loops.range(lo, hi, _c(1), fold, "fold")
+    return f.get(out)
+
+
+def weigh_row(f: Fn, d: ir.Value, lo: ir.Value, hi: ir.Value, p: dict, sqrt, fabs) -> None:
+    """TfidfTransformer.transform on one row (binary, idf, norm), then ``y[d, j]``: the sum
+    of ``v * W[col, j]`` over the row's entries in column order from 0.0 (csr_matvecs adds each
+    entry's product into y, zero-initialised, in that order: the same additions)."""
+    b, a = f.b, f.a
+    idx, cnt, idf, val = p["out_idx"], p["out_cnt"], p["idf"], p["out_val"]
+    w, y = p["w"], p["y"]
+    binary = b.icmp_unsigned("!=", a["binary"], _c(0))
+
+    def tf(i: ir.Value) -> None:
+        v = b.select(binary, ir.Constant(F64, 1.0), b.sitofp(f.load(cnt, I64, i), F64))
+        # without idf_ the caller passes ones: v * 1.0 is v
+        weight = f.load(idf, F64, b.sext(f.load(idx, I32, i), I64))
+        f.store(b.fmul(v, weight), val, F64, i)
+
+    f.loops.range(lo, hi, _c(1), tf, "tf")
+
+    def normalise(l2: bool) -> None:
+        s = f.var(ir.Constant(F64, 0.0), "norm.sum")
+
+        def add(i: ir.Value) -> None:
+            v = f.load(val, F64, i)
+            term = b.fmul(v, v) if l2 else b.call(fabs, [v])
+            b.store(b.fadd(f.get(s, F64), term), s)
+
+        f.loops.range(lo, hi, _c(1), add, "norm.add")
+        total = f.get(s, F64)
+
+        def divide() -> None:
+            by = b.call(sqrt, [total]) if l2 else total
+            f.loops.range(lo, hi, _c(1), lambda i: f.store(
+                b.fdiv(f.load(val, F64, i), by), val, F64, i), "norm.div")
+
+        f.when(b.fcmp_ordered("!=", total, ir.Constant(F64, 0.0)), divide, "norm.nz")
+
+    f.when(b.icmp_signed("==", a["norm"], _c(2)), lambda: normalise(True), "l2")
+    f.when(b.icmp_signed("==", a["norm"], _c(1)), lambda: normalise(False), "l1")
+    k = a["k"]
+
+    def output(j: ir.Value) -> None:  # y[d, j]: 0.0 + v * W[col, j] entry after entry
+        acc = f.var(ir.Constant(F64, 0.0), "proj.acc")
+
+        def add(i: ir.Value) -> None:
+            wv = f.load(w, F64, b.add(b.mul(b.sext(f.load(idx, I32, i), I64), k), j))
+            b.store(b.fadd(f.get(acc, F64), b.fmul(f.load(val, F64, i), wv)), acc)
+
+        f.loops.range(lo, hi, _c(1), add, "proj.add")
+        f.store(f.get(acc, F64), y, F64, b.add(b.mul(d, k), j))
+
+    f.loops.range(_c(0), k, _c(1), output, "project")
