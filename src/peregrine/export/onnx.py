@@ -73,6 +73,7 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     # importing registers the lowerings
     from peregrine.export import onnx_kernels, onnx_ops, onnx_trees  # noqa: F401
     from peregrine.export.onnx_graph import LOWERINGS, RUNNING_BACKENDS, Emitter
+    from peregrine.export.onnx_tune import drop_output_copies, match_constant_ranks
     from peregrine.export.onnx_vector_trees import plan_forests
 
     spec = compiled.spec
@@ -169,6 +170,8 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
                               producer_version=__version__)
     model.ir_version = min(model.ir_version, 10)  # what ONNX Runtime 1.17+ reads
     model.doc_string = f"{spec.source}, exported by Peregrine {__version__}"
+    match_constant_ranks(model)  # speed only: the same values (onnx_tune.py)
+    drop_output_copies(model)
     onnx.checker.check_model(model, full_check=True)
     return model, taken
 
