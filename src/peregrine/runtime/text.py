@@ -36,6 +36,7 @@ from peregrine.runtime.text_tokens import (
     _codes,
     _Tokens,
     lower_documents,
+    stripped_codes,
 )
 
 
@@ -58,6 +59,8 @@ def documents(X: Any) -> list[str]:
     else:
         raise InputError(f"unsupported text input type {type(X).__name__}; pass a list, 1-D "
                          "array or Series of strings")
+    if set(map(type, docs)) == {str}:  # the common case, checked at C speed
+        return docs
     for i, d in enumerate(docs):
         if type(d) is not str:
             if isinstance(d, str):
@@ -123,11 +126,14 @@ class TextRunner:
                                                 np.ndarray]:
         """(code points, run starts, run ends, run's document)."""
         spec = self.spec
-        joined = _SEP.join(docs)
-        lens = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
-        if spec.lowercase:
-            joined, lens = lower_documents(joined, lens)
-        codes = _codes(joined)
+        if spec.strip_accents:
+            codes, lens = stripped_codes(docs, spec.lowercase, spec.strip_accents)
+        else:
+            joined = _SEP.join(docs)
+            lens = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
+            if spec.lowercase:
+                joined, lens = lower_documents(joined, lens)
+            codes = _codes(joined)
         doc_start = np.cumsum(lens + 1) - lens - 1
         mark = self.table[codes].view(np.int8)
         edges = np.diff(mark, prepend=np.int8(0), append=np.int8(0))

@@ -23,7 +23,14 @@ from typing import Any
 import numpy as np
 
 from peregrine.kernels.text_kernel import ARGS, LOWER_SPECIAL, TextKernelSpec
-from peregrine.runtime.text_tokens import _N_CODES, _SEP, HashTable, _codes, lower_documents
+from peregrine.runtime.text_tokens import (
+    _N_CODES,
+    _SEP,
+    HashTable,
+    _codes,
+    lower_documents,
+    stripped_codes,
+)
 
 _KERNEL = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
 _MAX_NNZ = (1 << 31) - 1  # indices and indptr are int32, as the NumPy path makes them
@@ -113,6 +120,13 @@ class NativeText:
         None); None when the output could outgrow int32 indices (the caller's NumPy path
         takes it)."""
         spec = self.spec
+        weigh = weigh or projection is not None
+        if spec.strip_accents:  # preprocessed in Python (NFKD), already lowercased
+            codes, lens = stripped_codes(docs, spec.lowercase, spec.strip_accents)
+            try:
+                return self._scan(codes, lens, None, weigh, projection)
+            except _TooLarge:
+                return None
         joined = _SEP.join(docs)
         lens = np.fromiter(map(len, docs), dtype=np.int64, count=len(docs))
         table = None
@@ -120,7 +134,6 @@ class NativeText:
             joined = joined.lower()
         elif spec.lowercase:
             table = lower_table()
-        weigh = weigh or projection is not None
         try:
             got = self._scan(_codes(joined), lens, table, weigh, projection)
             if got is None:

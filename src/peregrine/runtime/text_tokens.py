@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 
 import numpy as np
 
@@ -50,6 +51,50 @@ def lower_documents(joined: str, lens: np.ndarray) -> tuple[str, np.ndarray]:
     ends0 = np.cumsum(lens + 1) - 1
     csum = np.concatenate(([0], np.cumsum(extra)))
     return lowered, lens + csum[ends0] - csum[ends0 - lens]
+
+
+_DOC_SEP = "\uffff"  # a noncharacter: uncased, not case-ignorable, no decomposition, ccc 0
+
+
+@functools.cache
+def _combining() -> np.ndarray:
+    """bool per code point: ``unicodedata.combining(c) != 0`` (strip_accents_unicode drops
+    these)."""
+    ccc = np.fromiter(map(unicodedata.combining, map(chr, range(_N_CODES))), dtype=np.int32,
+                      count=_N_CODES)
+    return ccc != 0
+
+
+def _strip(text: str, lowercase: bool, strip: str, keep: int = -1) -> np.ndarray:
+    """Code points of sklearn's ``_preprocess``: ``lower()``, then strip_accents_ascii
+    (NFKD, non-ASCII dropped) or strip_accents_unicode (NFKD, combining marks dropped; its
+    shortcut for ASCII text is the same result). Code point ``keep`` is never dropped."""
+    if lowercase:
+        text = text.lower()
+    codes = _codes(unicodedata.normalize("NFKD", text))
+    drop = codes >= 128 if strip == "ascii" else _combining()[codes]
+    return codes[~drop | (codes == keep)]
+
+
+def stripped_codes(docs: list[str], lowercase: bool,
+                   strip: str) -> tuple[np.ndarray, np.ndarray]:
+    """(code points of the preprocessed documents joined by ``_SEP``, each one's length) for
+    ``strip_accents``. The documents are joined by U+FFFF and preprocessed at once: NFKD
+    neither decomposes it nor reorders marks across it (a starter), lower() leaves it and
+    Final_Sigma sees it as a boundary, as a space; the separators then give the lengths and
+    become ``_SEP``. A document holding U+FFFF itself is preprocessed on its own."""
+    sep = ord(_SEP)
+    joined = _DOC_SEP.join(docs)
+    if joined.count(_DOC_SEP) != len(docs) - 1:
+        parts = [_strip(d, lowercase, strip) for d in docs]
+        lens = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+        glue = np.array([sep], dtype=np.uint32)
+        return np.concatenate([x for p in parts for x in (glue, p)][1:]), lens
+    codes = _strip(joined, lowercase, strip, keep=ord(_DOC_SEP))
+    at = np.flatnonzero(codes == ord(_DOC_SEP))
+    lens = np.diff(np.concatenate(([-1], at, [codes.size]))) - 1
+    codes[at] = sep
+    return codes, lens
 
 
 def _codes(text: str) -> np.ndarray:

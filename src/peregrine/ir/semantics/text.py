@@ -43,6 +43,7 @@ TOKEN_PATTERNS: dict[str, tuple[str, int]] = {
     r"[^\s]+": ("nonspace", 1),
 }
 NORMS = ("", "l1", "l2")  # "" none; TfidfTransformer/HashingVectorizer's norm
+STRIP_ACCENTS = ("", "ascii", "unicode")  # "" none; the vectorizers' strip_accents
 
 
 @dataclass(frozen=True, eq=False)
@@ -74,6 +75,7 @@ class TextSpec:
     columns: np.ndarray | None = None
     binarize: float | None = None  # BernoulliNB's binarize on S before the projection
     column: int = 0  # the input column holding the documents (a DataFrame's, by position)
+    strip_accents: str = ""  # after lower(): NFKD, then drop non-ASCII / combining marks
 
     def __post_init__(self) -> None:
         if self.char_class not in ("word", "nonspace") or self.min_len < 1:
@@ -81,6 +83,9 @@ class TextSpec:
         lo, hi = self.ngram_range
         if not 1 <= lo <= hi:
             raise ValueError(f"text: bad ngram_range {self.ngram_range}")
+        if self.strip_accents not in STRIP_ACCENTS:
+            raise ValueError(f"text: strip_accents {self.strip_accents!r} is not one of "
+                             f"{STRIP_ACCENTS}")
         if self.norm not in NORMS:
             raise ValueError(f"text: norm {self.norm!r} is not one of {NORMS}")
         if not self.hashing and len(self.vocabulary) != self.n_features:
@@ -110,7 +115,8 @@ class TextSpec:
                 "stop_words": list(self.stop_words), "n_features": self.n_features,
                 "binary": self.binary, "sublinear_tf": self.sublinear_tf, "norm": self.norm,
                 "hashing": self.hashing, "alternate_sign": self.alternate_sign,
-                "dtype": self.dtype, "column": self.column, "binarize": self.binarize}
+                "dtype": self.dtype, "column": self.column, "binarize": self.binarize,
+                "strip_accents": self.strip_accents}
         arrays = {"vocabulary": np.asarray(self.vocabulary, dtype=str)}
         for key in ("idf", "projection", "columns"):
             if getattr(self, key) is not None:
@@ -130,5 +136,6 @@ class TextSpec:
                    hashing=bool(meta["hashing"]), alternate_sign=bool(meta["alternate_sign"]),
                    dtype=str(meta["dtype"]), column=int(meta["column"]),
                    binarize=None if meta.get("binarize") is None else float(meta["binarize"]),
+                   strip_accents=str(meta.get("strip_accents", "")),
                    idf=arrays.get("idf"), projection=arrays.get("projection"),
                    columns=arrays.get("columns"))
