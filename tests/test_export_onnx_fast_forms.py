@@ -52,7 +52,8 @@ def test_sigmoid_tails_match_the_library(tmp_path):
     rows = np.outer(logits - b, w / np.dot(w, w))
     model, got = _export(m, tmp_path, rows,
                          ["predict", "predict_proba", "predict_log_proba"])
-    assert "Where" not in _ops(model)
+    # a log reads the probabilities: the rule's branches, not 1 / (1 + exp(-x))
+    assert "Where" not in _ops(model) and "Reciprocal" not in _ops(model)
     np.testing.assert_array_equal(got["predict"], m.predict(rows))
     np.testing.assert_allclose(got["predict_proba"], m.predict_proba(rows), rtol=RTOL,
                                atol=ATOL)
@@ -60,6 +61,25 @@ def test_sigmoid_tails_match_the_library(tmp_path):
     np.testing.assert_allclose(got["predict_proba"], m.predict_proba(rows), rtol=RTOL, atol=0)
     want = m.predict_log_proba(rows)
     np.testing.assert_allclose(got["predict_log_proba"], want, rtol=RTOL, atol=ATOL)
+
+
+def test_short_sigmoid_where_only_probabilities_are_read(tmp_path):
+    """predict and predict_proba alone: 1 / (1 + exp(-x)), relative to scikit-learn's within
+    rtol down to logit -700; below -709.78 it is 0.0 against scikit-learn's < 5.6e-309
+    (atol), labels equal."""
+    X, y = make_classification(400, 4, n_informative=3, n_redundant=0, random_state=0)
+    m = LogisticRegression().fit(X, y)
+    w, b = m.coef_[0], m.intercept_[0]
+    logits = np.concatenate([np.linspace(-700, 700, 301), [-40.0, -0.0, 0.0, 5e-324]])
+    tail = np.asarray([-709.0, -710.0, -745.0, -800.0, 800.0])
+    rows = np.outer(np.concatenate([logits, tail]) - b, w / np.dot(w, w))
+    model, got = _export(m, tmp_path, rows, ["predict", "predict_proba"])
+    assert "Reciprocal" in _ops(model) and "Where" not in _ops(model)
+    want = m.predict_proba(rows)
+    np.testing.assert_array_equal(got["predict"], m.predict(rows))
+    k = len(logits)
+    np.testing.assert_allclose(got["predict_proba"][:k], want[:k], rtol=RTOL, atol=0)
+    np.testing.assert_allclose(got["predict_proba"][k:], want[k:], rtol=RTOL, atol=1e-300)
 
 
 def test_clip_keeps_nan(tmp_path):

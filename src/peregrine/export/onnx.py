@@ -103,6 +103,10 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     graph = spec.graph
     wanted = [spec.methods[m].output for m in chosen]
     steps = graph.steps(graph.outputs[w] for w in wanted)
+    e.results = {graph.outputs[w] for w in wanted}
+    for node in steps:
+        for i in node.inputs:
+            e.consumers.setdefault(i, []).append(node)
     if input_dtype == "auto":
         input_dtype = "float32" if float32_exact(graph, steps) else "float64"
     if input_dtype not in ("float64", "float32"):

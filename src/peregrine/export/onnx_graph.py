@@ -49,6 +49,10 @@ class Emitter:
         # tensor -> how to recompute its exact values on some rows (a rows-index tensor in,
         # a double tensor out), for values that were rounded (the VECTOR forests)
         self.exact_values: dict[str, Callable[[Emitter, str], str]] = {}
+        # IR node name -> the exported steps reading it, and the IR nodes that are method
+        # results: a lowering may pick a form by what its value reaches (onnx_ops._sigmoid)
+        self.consumers: dict[str, list[Any]] = {}
+        self.results: set[str] = set()
         self._count = 0
 
     def fresh(self, hint: str) -> str:

@@ -47,6 +47,8 @@ def lower_link(e: Emitter, n: Any, ins: list[str]) -> str:
     if a.kind is Link.SIGMOID:
         if float(a.scale) != 1.0:
             x = e.op("Mul", [x, e.const(np.asarray(float(a.scale)))])
+        if _only_bounded_uses(e, n.name):
+            return _sigmoid_short(e, x)
         return _sigmoid(e, x)
     if a.kind is Link.SOFTMAX:
         return e.op("Softmax", [x], axis=1)
@@ -74,6 +76,30 @@ def _sigmoid(e: Emitter, x: str) -> str:
     den = e.op("Add", [e.const(np.asarray(1.0)), ex])
     up = e.op("Cast", [e.op("GreaterOrEqual", [x, e.const(np.asarray(0.0))])], to=DOUBLE)
     return e.op("Div", [e.op("Max", [ex, up]), den])
+
+
+def _only_bounded_uses(e: Emitter, name: str) -> bool:
+    """Whether the value of IR node ``name`` (a probability) reaches only method results,
+    decisions (ARGMAX, THRESHOLD) and BINARY_PROBA columns that themselves do: there an
+    absolute error below 1e-300 is invisible (the export's atol is 1e-6, and a probability
+    that tiny decides nothing), while a log of it would show it."""
+    for c in e.consumers.get(name, []):
+        if c.op is Op.BINARY_PROBA:
+            if not _only_bounded_uses(e, c.name):
+                return False
+        elif c.op not in (Op.ARGMAX, Op.THRESHOLD):
+            return False
+    return True
+
+
+def _sigmoid_short(e: Emitter, x: str) -> str:
+    """1 / (1 + exp(-x)): four same-shape double ops (7 with the rule's branches). Within 3
+    ulps of the rule where exp(-x) is finite (x > -709.78: the exp, the sum and the quotient
+    each round once, as the rule's do); below that it is 0.0 where the rule gives under
+    5.6e-309, so it is taken only where the value reaches results and decisions
+    (``_only_bounded_uses``), not a log. NaN gives NaN, +-inf 1 and 0, as the rule."""
+    ex = e.op("Exp", [e.op("Neg", [x])])
+    return e.op("Reciprocal", [e.op("Add", [e.const(np.asarray(1.0)), ex])])
 
 
 @lowering(Op.BINARY_PROBA)
