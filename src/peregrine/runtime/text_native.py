@@ -48,10 +48,17 @@ def _kernel() -> Any:
 def lower_table() -> np.ndarray:
     """uint32 per code point: ``ord(chr(c).lower())``, or LOWER_SPECIAL where lower() is not
     one code point (U+0130) or depends on the context (U+03A3, Final_Sigma)."""
-    low = list(map(str.lower, map(chr, range(_N_CODES))))
-    one = np.fromiter(map(len, low), dtype=np.int64, count=_N_CODES) == 1
+    # str.lower maps each code point on its own except U+03A3, so one lower() of every code
+    # point in a row is the table, provided nothing but U+0130 (left out) changes the length
+    every = "".join(map(chr, range(_N_CODES)))
+    head, tail = every[:0x130].lower(), every[0x131:].lower()
     table = np.full(_N_CODES, LOWER_SPECIAL, dtype=np.uint32)
-    table[one] = _codes("".join(itertools.compress(low, one)))
+    if len(head) == 0x130 and len(tail) == _N_CODES - 0x131:
+        table[:0x130], table[0x131:] = _codes(head), _codes(tail)
+    else:  # another Unicode version: code point by code point
+        low = list(map(str.lower, map(chr, range(_N_CODES))))
+        one = np.fromiter(map(len, low), dtype=np.int64, count=_N_CODES) == 1
+        table[one] = _codes("".join(itertools.compress(low, one)))
     table[0x3A3] = LOWER_SPECIAL
     return table
 
