@@ -168,6 +168,7 @@ def _run_wrk(url: str, lua: list[str], duration: float, connections: int) -> dic
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write("\n".join(lua + _WRK_DONE))
         script = f.name
+    cpu0 = _children_cpu()
     try:
         out = subprocess.run(
             ["wrk", "-t1", f"-c{connections}", f"-d{duration:.0f}s", "--timeout", "5s",
@@ -187,7 +188,15 @@ def _run_wrk(url: str, lua: list[str], duration: float, connections: int) -> dic
         "p99_ms": doc["p99_ms"],
         "requests": doc["requests"],
         "failures": failures,
+        "client_cpu_s": _children_cpu() - cpu0,  # wrk's own user + system time
     }
+
+
+def _children_cpu() -> float:
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
 
 
 def _wrk(url: str, rows: np.ndarray, duration: float, connections: int = CONNECTIONS) -> dict:
@@ -258,10 +267,11 @@ def _announced_url(proc: subprocess.Popen) -> str:
     raise RuntimeError("the server did not announce its address")
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU of every thread of ``pid`` so far (/proc/PID/task/*/stat)."""
+def _cpu_seconds(pid: int, only: str | None = None) -> float:
+    """User + system CPU of every thread of ``pid`` so far (/proc/PID/task/*/stat), or of the
+    thread ``only`` (the main thread's id is the pid: the event loop's)."""
     total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    for tid in [only] if only else os.listdir(f"/proc/{pid}/task"):
         with open(f"/proc/{pid}/task/{tid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
@@ -339,13 +349,18 @@ def bench_http(args, workdir: str, model, model_json: str, artifact: str, X) -> 
         try:
             url = _announced_url(proc)
             _wait_ready(url)
-            res["bulk"] = bench_bulk(url, artifact, X, args.bulk_rows, args.duration)
+            res["bulk"] = bench_bulk(url, artifact, X, args.bulk_rows, args.duration, proc.pid)
         finally:
             _stop(proc)
     return res
 
 
-def bench_bulk(url: str, artifact: str, X, total_rows: int, wrk_seconds: float = 10) -> dict:
+def bench_bulk(
+    url: str, artifact: str, X, total_rows: int, wrk_seconds: float = 10, pid: int | None = None
+) -> dict:
+    """Rows/s over HTTP against the same blocks in-process; with the server's ``pid``, also its
+    CPU time per 10K-row body (all threads, and its event loop's thread alone) against the
+    in-process call's CPU time: the steadier comparison on a shared machine."""
     import httpx
     import pyarrow as pa
 
@@ -385,24 +400,37 @@ def bench_bulk(url: str, artifact: str, X, total_rows: int, wrk_seconds: float =
     compiled = peregrine.load(artifact)
     compiled.predict_proba(block)
 
+    inproc_cpu: list[float] = []
+
     def inproc() -> float:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(n_requests):
             compiled.predict_proba(block)
+        inproc_cpu.append((time.process_time() - c0) / n_requests)
         return time.perf_counter() - t0
+
+    def server_cpu() -> tuple[float, float]:
+        if pid is None:
+            return 0.0, 0.0
+        return _cpu_seconds(pid), _cpu_seconds(pid, only=str(pid))
 
     # the in-process reference is timed before, between and after the two HTTP runs, and each
     # HTTP run is compared with the mean of the two around it: the load of a shared machine
     # drifts within minutes
     local = [inproc()]
+    cpu0 = server_cpu()
     seconds, failures = asyncio.run(run())
+    cpu1 = server_cpu()
     local.append(inproc())
     # the same bodies from wrk (compiled C; it does not read the answers, which the httpx run
     # above checked): what the server sustains when the client costs little of the two cores
     with tempfile.NamedTemporaryFile(suffix=".arrows", delete=False) as f:
         f.write(body)
     try:
+        cpu2 = server_cpu()
         by_wrk = _wrk_body(url, f.name, headers["Content-Type"], wrk_seconds, 4)
+        cpu3 = server_cpu()
+        floor = _bulk_floor(f.name, headers["Content-Type"], wrk_seconds) if pid else None
     finally:
         os.unlink(f.name)
     local.append(inproc())
@@ -419,9 +447,50 @@ def bench_bulk(url: str, artifact: str, X, total_rows: int, wrk_seconds: float =
         "wrk_requests": by_wrk["requests"],
         "wrk_failures": by_wrk["failures"],
         "load_average": os.getloadavg()[0],
+        "inproc_cpu_ms_per_body": [c * 1e3 for c in inproc_cpu],
     }
+    if pid is not None:  # warm-up included in the httpx run's count: one body more
+        for name, (a, b), bodies in (
+            ("httpx", (cpu0, cpu1), n_requests + 1),
+            ("wrk", (cpu2, cpu3), by_wrk["requests"]),
+        ):
+            out[f"{name}_server_cpu_ms_per_body"] = (b[0] - a[0]) / bodies * 1e3
+            out[f"{name}_loop_cpu_ms_per_body"] = (b[1] - a[1]) / bodies * 1e3
+        out["wrk_client_cpu_ms_per_body"] = by_wrk["client_cpu_s"] / by_wrk["requests"] * 1e3
+        out["floor"] = floor
+        # the fraction two busy cores allow: the model's CPU over everything spent per body
+        model_cpu = sum(inproc_cpu[1:]) / 2 * 1e3
+        spent = out["wrk_server_cpu_ms_per_body"] + out["wrk_client_cpu_ms_per_body"]
+        out["wrk_cpu_fraction"] = model_cpu / spent
+        out["floor_cpu_fraction"] = model_cpu / (
+            model_cpu + floor["server_cpu_ms_per_body"] + floor["client_cpu_ms_per_body"]
+        )
     print(f"  bulk: {out}", flush=True)
     return out
+
+
+def _bulk_floor(path: str, content_type: str, seconds: float) -> dict:
+    """The same bodies posted by wrk to the plain ASGI empty handler (it reads every body and
+    answers a constant): what uvicorn and the kernel spend receiving a body, the floor under
+    any handler on this stack."""
+    port = _free_port()
+    me = [sys.executable, os.path.abspath(__file__)]
+    proc = _start(me + ["--app", "empty-asgi", "--port", str(port), "--model", "-"])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_ready(url)
+        _wrk_body(url, path, content_type, 2, 4)  # warm-up
+        cpu0 = _cpu_seconds(proc.pid)
+        res = _wrk_body(url, path, content_type, seconds, 4)
+        n = res["requests"]
+        return {
+            "bodies_per_s": res["rps"],
+            "server_cpu_ms_per_body": (_cpu_seconds(proc.pid) - cpu0) / n * 1e3,
+            "client_cpu_ms_per_body": res["client_cpu_s"] / n * 1e3,
+            "failures": res["failures"],
+        }
+    finally:
+        _stop(proc)
 
 
 def _rss_mb(pid: int) -> float:

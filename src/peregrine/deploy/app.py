@@ -172,8 +172,9 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
         "explain": model.explain_dict(),
     }
 
-    async def read_body(receive: Any, length: bytes | None) -> bytes:
-        if length is not None and length.isdigit() and int(length) > config.max_body_bytes:
+    async def read_body(receive: Any, length: bytes | None) -> bytes | bytearray:
+        announced = int(length) if length is not None and length.isdigit() else None
+        if announced is not None and announced > config.max_body_bytes:
             raise _TooLarge
         message = await receive()
         if message["type"] == "http.disconnect":
@@ -183,18 +184,38 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
             raise _TooLarge
         if not message.get("more_body", False):
             return body  # the whole body in one message: the common case, no copy
-        chunks, size = [body], len(body)
+        # A bulk body comes in messages of ~64-256 KB. With its length announced, each is copied
+        # into one buffer as it arrives, while it is still in cache, and freed at once; joining
+        # them at the end re-read the whole body (2.2 MB for 10K rows of 28 floats) from memory,
+        # and bytes.join of over 1 MB also released the GIL and waited to take it back from
+        # the model's thread. Chunked bodies (no length) are joined.
+        buffer = chunks = None
+        if announced is not None and len(body) <= announced:
+            buffer = bytearray(announced)
+            view = memoryview(buffer)
+            view[: len(body)] = body
+        else:
+            chunks = [body]
+        size = len(body)
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 raise ClientDisconnect
             chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > config.max_body_bytes:
+            end = size + len(chunk)
+            if end > config.max_body_bytes:
                 raise _TooLarge
-            chunks.append(chunk)
+            if chunks is None and end > announced:  # longer than announced: keep it all
+                chunks = [bytes(view[:size])]
+            if chunks is None:
+                view[size:end] = chunk
+            else:
+                chunks.append(chunk)
+            size = end
             if not message.get("more_body", False):
-                return b"".join(chunks)
+                if chunks is not None:
+                    return b"".join(chunks)
+                return buffer if size == announced else bytes(view[:size])
 
     async def score(scope: dict, receive: Any, send: Any) -> None:
         """``POST /v1/<method>`` as a plain ASGI handler: Starlette's request, response and

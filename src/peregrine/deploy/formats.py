@@ -261,31 +261,76 @@ def _decode_arrow(body: bytes, feature_names: tuple[str, ...] | None) -> Payload
     import pyarrow as pa
 
     try:
-        table = pa.ipc.open_stream(body).read_all()
+        reader = pa.ipc.open_stream(body)  # zero-copy: the batches' buffers point into body
+        batches = list(reader)
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         raise BodyError(f"body is not a valid Arrow IPC stream: {exc}") from None
-    if table.num_rows == 0:
+    schema = reader.schema
+    rows = sum(b.num_rows for b in batches)
+    if rows == 0:
         raise BodyError("Arrow body holds 0 rows")
-    names = tuple(table.column_names)
+    names = tuple(schema.names)
+    order = list(range(len(names)))
     if (
         feature_names is not None
         and set(names) == set(feature_names)
         and len(names) == len(feature_names)
     ):
-        table = table.select(list(feature_names))  # matched by name
+        order = [names.index(n) for n in feature_names]  # matched by name
         names = feature_names
-    types = {f.type for f in table.schema}
+    types = set(schema.types)
     numeric = len(types) == 1 and next(iter(types)) in (pa.float64(), pa.float32())
     if numeric and (feature_names is None or names == feature_names):
-        # the bulk case: one float type, columns the model's own: one (rows, features) copy
+        # the bulk case: one float type, columns the model's own: one (rows, features) array
         dtype = np.float64 if next(iter(types)) == pa.float64() else np.float32
-        arr = np.empty((table.num_rows, table.num_columns), dtype=dtype)
-        for j, col in enumerate(table.columns):
-            arr[:, j] = col.to_numpy()  # nulls become NaN
+        arr = np.empty((rows, len(order)), dtype=dtype)
+        whole = np.frombuffer(body, np.uint8)
+        start = 0
+        for batch in batches:
+            n = batch.num_rows
+            if n:
+                _fill_rows(arr[start : start + n], [batch.column(k) for k in order], whole)
+            start += n
         return _array_payload(arr, ARROW)
     # anything else (strings, integers, mixed types, other names) is a DataFrame: the model
     # matches its columns by name and says which one is wrong
-    return _frame_payload(table.to_pandas(), ARROW)
+    table = pa.Table.from_batches(batches, schema=schema).select(order)
+    return _frame_payload(table.rename_columns(list(names)).to_pandas(), ARROW)
+
+
+def _fill_rows(out: np.ndarray, columns: list, body: np.ndarray) -> None:
+    """``out[:] =`` the float ``columns`` side by side (nulls become NaN).
+
+    An IPC writer lays a batch's column buffers out one after the other, each padded to 8
+    bytes: where none has nulls and they sit in ``body`` at one spacing, the body *is* a
+    (features, rows) matrix, and one transposing copy of that view fills ``out`` (a 10K x 28
+    float64 body: ~0.12 ms, against ~0.4 ms for 28 strided column writes). Any other layout
+    (nulls, slices, columns reordered by name) goes column by column."""
+    view = _column_matrix(columns, body, out.dtype)
+    if view is not None:
+        np.copyto(out, view.T)
+        return
+    for j, col in enumerate(columns):
+        out[:, j] = col.to_numpy(zero_copy_only=False)  # nulls: NaN
+
+
+def _column_matrix(columns: list, body: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
+    """The columns as one strided (features, rows) view of ``body``, or None where their
+    buffers are not equally spaced inside it."""
+    n, size = len(columns[0]), dtype.itemsize
+    addresses = []
+    for col in columns:
+        if col.null_count or col.offset:
+            return None
+        addresses.append(col.buffers()[1].address)
+    step = addresses[1] - addresses[0] if len(addresses) > 1 else n * size
+    start = addresses[0] - body.ctypes.data
+    end = start + step * (len(addresses) - 1) + n * size
+    if step < n * size or step % size or start < 0 or end > body.size:
+        return None
+    if any(b - a != step for a, b in zip(addresses, addresses[1:])):
+        return None
+    return np.ndarray((len(columns), n), dtype, body, start, (step, size))
 
 
 def encode_arrow(out: np.ndarray, classes: Any = None) -> bytes:
@@ -294,16 +339,18 @@ def encode_arrow(out: np.ndarray, classes: Any = None) -> bytes:
     if out.ndim == 1:
         cols, names = [out], ["predictions"]
     else:
-        cols = [out[:, j] for j in range(out.shape[1])]
+        # one transposing copy makes every column contiguous, so Arrow takes each without
+        # a copy of its own (strided columns were converted element by element)
+        cols = list(np.ascontiguousarray(out.T))
         if classes is not None and len(classes) == out.shape[1]:
             names = [str(c) for c in classes]
         else:
             names = [str(j) for j in range(out.shape[1])]
     arrays = [pa.array(c.astype(str) if c.dtype == object else c) for c in cols]
-    table = pa.Table.from_arrays(arrays, names=names)
+    batch = pa.RecordBatch.from_arrays(arrays, names=names)
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
     return sink.getvalue().to_pybytes()
 
 
