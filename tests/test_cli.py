@@ -139,6 +139,8 @@ def test_compile_pickle_prints_explain_and_warns(work):
         "reference",
         "--batch-size",
         "64",
+        "--tune",
+        "off",
     )
     assert r.returncode == 0, r.stderr
     assert "sklearn.RandomForestClassifier" in r.stdout

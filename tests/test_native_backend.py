@@ -434,6 +434,56 @@ def test_tuner_heuristic_and_measured_decision_cache(tmp_path, monkeypatch):
     assert "cached" in again.why and again.schedule == first.schedule
 
 
+def test_tune_modes(tmp_path, monkeypatch):
+    """tune="off" never measures; tune="exhaustive" measures a staged search (representations,
+    then width x interleave, then tiles and loop order) without a batch size, caches it apart
+    from "auto"'s decision, and its winner gives the same answers as the heuristic's."""
+    monkeypatch.setenv("PEREGRINE_CACHE_DIR", str(tmp_path))
+    target = jit.Target.host()
+    forest = random_forest(seed=3, depth=5, n_trees=20)
+    spec = model_spec(forest)
+    real = native_schedule.measure
+    calls = []
+
+    def spy(forest, choices, *a, **k):
+        calls.append(list(choices))
+        return real(forest, choices, *a, **k)
+
+    monkeypatch.setattr(native_schedule, "measure", spy)
+    off = native_schedule.choose_schedule(forest, CompileOptions(batch_size=512, tune="off"),
+                                          target, 1)
+    assert calls == [] and "measured" not in off.why
+    full = native_schedule.choose_schedule(forest, CompileOptions(tune="exhaustive"), target, 1)
+    tried = [c.schedule for stage in calls for c in stage]
+    assert len(calls) == 3 and len(tried) == len(set(tried)) > 10, calls
+    second = {c.schedule.vector_width for c in calls[1]}  # widths the winning layout allows
+    assert second == ({16} if calls[1][0].schedule.layout in native_schedule.FIXED_WIDTH
+                      else set(native_schedule.widths(target)))
+    assert {s.loop_order.value for s in tried} == {"rows_outer", "trees_outer"}
+    assert f"measured {len(tried)} candidates on 10000 synthetic rows" in full.why
+    again = native_schedule.choose_schedule(forest, CompileOptions(tune="exhaustive"), target, 1)
+    assert "cached" in again.why and again.schedule == full.schedule and len(calls) == 3
+    auto = native_schedule.choose_schedule(forest, CompileOptions(batch_size=10_000), target, 1)
+    assert "cached" not in auto.why  # auto's decision is its own
+    X = edge_rows(forest)
+    heuristic = compiled(spec, tune="off")
+    searched = compiled(spec, full.schedule)
+    np.testing.assert_array_equal(searched.predict(X), heuristic.predict(X))
+    # a few rows: the tree-lane schedule's width and interleave are searched
+    calls.clear()
+    few = native_schedule.choose_schedule(forest, CompileOptions(batch_size=1,
+                                                                 tune="exhaustive"), target, 1)
+    assert len(calls) == 1 and {c.few_rows.vector_width for c in calls[0]} == set(
+        native_schedule.widths(target)) and few.few_rows is not None
+    with pytest.raises(ValueError, match="tune must be one of"):
+        CompileOptions(tune="fast")
+    assert CompileOptions.from_json(CompileOptions(tune="exhaustive").to_json()).tune == (
+        "exhaustive")
+    legacy = CompileOptions().to_json()
+    del legacy["tune"]  # artifacts saved before the option load with the default
+    assert CompileOptions.from_json(legacy).tune == "auto"
+
+
 def test_load_reuses_the_saved_schedule(tmp_path, monkeypatch):
     """A loaded artifact runs the schedule it was saved with (no re-derivation or tuning), on
     the CPU it was saved on; on another CPU the schedule is derived afresh."""

@@ -33,6 +33,9 @@ class Precision(enum.Enum):
     FLOAT64 = "float64"
 
 
+TUNE_MODES = ("auto", "off", "exhaustive")
+
+
 @dataclass(frozen=True)
 class CompileOptions:
     """Everything that steers compilation. Pass one instance to :func:`peregrine.compile`.
@@ -67,6 +70,14 @@ class CompileOptions:
         runs them all. Every pass is exact, so this changes speed, never answers.
     disable_passes:
         Names of passes not to run (e.g. to measure what one buys).
+    tune:
+        Native backend, how tree schedules are chosen: ``"auto"`` measures a handful of
+        candidates around the heuristic when ``batch_size`` is known (``sample_input`` sets it)
+        and takes the heuristic otherwise; ``"off"`` always takes the heuristic;
+        ``"exhaustive"`` measures the whole pruned space (representation x vector width x
+        interleave x row tile x loop order x tree tile; tens of seconds for a big forest) at
+        ``batch_size`` (10,000 rows when not set). Measured decisions are cached per CPU. Every
+        schedule is exact, so this changes speed, never answers.
     """
 
     tree_strategy: TreeStrategy = TreeStrategy.AUTO
@@ -79,6 +90,7 @@ class CompileOptions:
     validate: bool = False
     passes: tuple[str, ...] | None = None
     disable_passes: tuple[str, ...] = ()
+    tune: str = "auto"
 
     def __post_init__(self) -> None:
         # Accept the enum's string value too, so CLI and JSON round-trips stay simple.
@@ -105,6 +117,9 @@ class CompileOptions:
             object.__setattr__(self, key, tuple(names))
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"CompileOptions.batch_size must be >= 1, got {self.batch_size}")
+        if self.tune not in TUNE_MODES:
+            raise ValueError(f"CompileOptions.tune must be one of {', '.join(TUNE_MODES)}, "
+                             f"got {self.tune!r}")
 
     def replace(self, **changes: Any) -> CompileOptions:
         return dataclasses.replace(self, **changes)
@@ -124,6 +139,7 @@ class CompileOptions:
             "validate": self.validate,
             "passes": None if self.passes is None else list(self.passes),
             "disable_passes": list(self.disable_passes),
+            "tune": self.tune,
         }
 
     @classmethod
@@ -139,4 +155,5 @@ class CompileOptions:
             validate=bool(data.get("validate", False)),  # absent before validation existed
             passes=data.get("passes"),  # absent before the pass manager: the default
             disable_passes=tuple(data.get("disable_passes", ())),
+            tune=data.get("tune", "auto"),  # absent before the option existed
         )

@@ -7,7 +7,7 @@ import os
 import time
 
 from peregrine.cli._common import CLIError, atomic_output, human_bytes, positive_int, spinner
-from peregrine.options import Precision, TreeStrategy
+from peregrine.options import TUNE_MODES, Precision, TreeStrategy
 
 HELP = "compile a saved model file (XGBoost JSON/UBJSON, LightGBM text, sklearn pickle)"
 DESCRIPTION = """\
@@ -76,6 +76,14 @@ def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
         help="arithmetic precision; 'auto' keeps results exact (default: auto)",
     )
     p.add_argument(
+        "--tune",
+        choices=list(TUNE_MODES),
+        default="auto",
+        help="native tree schedules: 'auto' measures a few candidates when the batch size is "
+        "known, 'off' takes the heuristic, 'exhaustive' searches the whole pruned space "
+        "(slower to compile; the decision is cached per CPU) (default: auto)",
+    )
+    p.add_argument(
         "--threads",
         type=positive_int,
         metavar="N",
@@ -111,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         n_threads=args.threads,
         batch_size=args.batch_size,
         validate=args.validate,
+        tune=args.tune,
     )
     sample = _read_sample(args, loaded.model) if args.sample else None
     start = time.perf_counter()

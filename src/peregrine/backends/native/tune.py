@@ -26,7 +26,7 @@ from peregrine import config
 from peregrine.backends.native.codegen import CACHE_ROWS_BYTES
 from peregrine.backends.native.layout import choose_layout
 from peregrine.backends.native.representations import REPRESENTATIONS
-from peregrine.backends.native.schedule import Lanes, Layout, Schedule
+from peregrine.backends.native.schedule import Lanes, Layout, LoopOrder, Schedule
 from peregrine.ir import Forest
 from peregrine.options import CompileOptions
 
@@ -34,6 +34,9 @@ BYTE_TILES = (Layout.BINNED, Layout.OBLIVIOUS_BINNED)  # row tiles quantised to 
 PERFECT_MAX_DEPTH = 10  # deeper trees: padding wastes more than reading a child index costs
 # Up to half a row block, trees in the lanes win: a row-lane block costs the same for 1 row
 # as for all of its rows (measured crossover ~ 40-50 rows for 16 x 6 row blocks)
+EXHAUSTIVE_BATCH = 10_000  # tune="exhaustive" without a batch size: a batch-scoring job
+COST_SLACK = 3.0  # representations whose cost hint is this much over the cheapest: not measured
+FIXED_WIDTH = (Layout.BINNED, Layout.OBLIVIOUS, Layout.OBLIVIOUS_BINNED)
 MEASURE_MAX_ROWS = 4096  # a sample batch larger than this predicts nothing new
 MEASURE_REPEATS = 3
 MEASURE_SECONDS = 0.005  # per timing loop: enough calls that one call's noise averages out
@@ -147,9 +150,77 @@ def candidates(base: Choice, batch: int, forest: Forest | None = None,
     return out
 
 
+def widths(target: Any) -> tuple[int, ...]:
+    """float32 lanes of the target's 128-, 256- and 512-bit vectors (1: no gathers, scalar)."""
+    return {"avx512": (4, 8, 16), "avx2": (4, 8)}.get(target.isa, (1,))
+
+
+def search(forest: Forest, base: Choice, batch: int, options: CompileOptions, target: Any,
+           threads: int, rows: np.ndarray | None) -> tuple[Choice, list[Choice], list[float]]:
+    """``tune="exhaustive"``: coordinate descent over the schedule space, each stage measured
+    around the best so far, so ~30 kernels are built instead of the ~300 of the full product:
+    1. representations that can hold the forest on this target, pruned by their cost hints
+       (over COST_SLACK x the cheapest's: not measured);
+    2. vector width (128/256/512-bit where the representation allows) x interleave;
+    3. row tile (1, 2, 3, 6 blocks) x loop order with tree tiles.
+    A few rows (``batch`` within the few-rows range) search the tree-lane schedule's width and
+    interleave instead. Returns the best choice, every candidate and its time."""
+    s, few, fmax, why = base.schedule, base.few_rows, base.few_rows_max, base.why
+    tried: list[Choice] = []
+    timings: list[float] = []
+
+    def stage(choices: list[Choice]) -> Choice:
+        new = [c for c in dict.fromkeys(choices) if c not in tried]
+        if new:
+            _, times = measure(forest, new, batch, options, target, threads, rows)
+            tried.extend(new)
+            timings.extend(times)
+        return tried[int(np.argmin(timings))]
+
+    if batch <= fmax and few is not None:
+        stage([base] + [Choice(s, few.replace(vector_width=w, interleave=k), fmax, why)
+                        for w in widths(target) for k in (1, 2, 3, 4, 6, 8)])
+        return tried[int(np.argmin(timings))], tried, timings
+    cmp = np.dtype(forest.input_dtype if forest.input_dtype == np.float32 else np.float64)
+    usable = [lay for lay in Layout if choose_layout(forest, lay, cmp, target) is lay]
+    costs = {lay: REPRESENTATIONS[lay].cost(forest, target) for lay in usable}
+    cheapest = min(costs.values(), default=0.0)
+    firsts = [base]
+    for lay in usable:
+        if lay is not s.layout and costs[lay] <= COST_SLACK * cheapest:
+            change = {"layout": lay, "node_pairs": lay is Layout.SPARSE}
+            if lay is Layout.OBLIVIOUS_BINNED:  # walks in 64-row groups of 4
+                change["interleave"] = 4
+            firsts.append(Choice(_fit(s.replace(**change), forest), few, fmax, why))
+    best = stage(firsts)
+    b = best.schedule
+    # byte tiles and oblivious walks are written for 512-bit registers: interleave only
+    lanes = (b.vector_width,) if b.layout in FIXED_WIDTH else widths(target)
+    best = stage([Choice(_fit(b.replace(vector_width=w, interleave=k), forest), few, fmax, why)
+                  for w in lanes for k in (2, 4, 6, 8, 12)])
+    b = best.schedule
+    tiles = [b.replace(row_tile=m * b.block_rows) for m in (1, 2, 3, 6)]
+    tiles += [b.replace(loop_order=order, tree_tile=t) for t in (16, 64)
+              for order in (LoopOrder.ROWS_OUTER, LoopOrder.TREES_OUTER)]
+    stage([Choice(_fit(t, forest), few, fmax, why) for t in tiles
+           if t.block_rows <= max(batch, t.vector_width)])
+    return tried[int(np.argmin(timings))], tried, timings
+
+
+def _fit(schedule: Schedule, forest: Forest) -> Schedule:
+    """A byte-tile schedule's row tile shrunk (in whole blocks) to fit its stack buffer."""
+    if schedule.layout not in BYTE_TILES:
+        return schedule
+    most = CACHE_ROWS_BYTES // max(1, forest.n_features)
+    tile = max(schedule.block_rows, most // schedule.block_rows * schedule.block_rows)
+    return schedule.replace(row_tile=min(schedule.row_tile, tile))
+
+
 def describe(schedule: Schedule) -> str:
     """Short name of a candidate for explain(): representation, walks x lanes, tiles."""
     tiles = f", tree tile {schedule.tree_tile}" if schedule.tree_tile else ""
+    if schedule.loop_order is LoopOrder.TREES_OUTER:
+        tiles += ", trees outer"
     return (f"{schedule.layout.value} {schedule.interleave}x{schedule.vector_width} "
             f"rows {schedule.row_tile}{tiles}")
 
@@ -157,10 +228,13 @@ def describe(schedule: Schedule) -> str:
 def choose_schedule(forest: Forest, options: CompileOptions, target: Any,
                     threads: int, sample: np.ndarray | None = None) -> Choice:
     """``sample``: the user's rows as the forest reads them (``compile(sample_input=...)``);
-    candidates are measured on them rather than on synthetic rows."""
-    base = heuristic(forest, target, options.batch_size)
-    batch = options.batch_size
-    if batch is None or os.environ.get("PEREGRINE_NO_TUNE"):
+    candidates are measured on them rather than on synthetic rows. ``options.tune`` picks
+    the heuristic alone ("off"), a handful of candidates ("auto", when the batch size is
+    known) or the staged search over the whole space ("exhaustive")."""
+    exhaustive = options.tune == "exhaustive"
+    batch = options.batch_size or (EXHAUSTIVE_BATCH if exhaustive else None)
+    base = heuristic(forest, target, batch)
+    if options.tune == "off" or batch is None or os.environ.get("PEREGRINE_NO_TUNE"):
         return base
     rows = None
     if sample is not None and sample.ndim == 2 and sample.shape[0]:
@@ -168,12 +242,15 @@ def choose_schedule(forest: Forest, options: CompileOptions, target: Any,
         # as many rows as the batch the user will run, repeating the sample if it is smaller
         rows = np.ascontiguousarray(sample[np.arange(n) % sample.shape[0]])
     digest = None if rows is None else hashlib.sha256(rows.tobytes()).hexdigest()[:12]
-    key = _key(forest, batch, threads, target, digest)
+    key = _key(forest, batch, threads, target, digest, "exhaustive" if exhaustive else None)
     cached = _load_decision(key)
     if cached is not None:
         return cached
-    tried = candidates(base, batch, forest, target)
-    best, timings = measure(forest, tried, batch, options, target, threads, rows)
+    if exhaustive:
+        best, tried, timings = search(forest, base, batch, options, target, threads, rows)
+    else:
+        tried = candidates(base, batch, forest, target)
+        best, timings = measure(forest, tried, batch, options, target, threads, rows)
     shown = ", ".join(f"{describe(c.schedule)} {t * 1e6:.1f} us"
                       for c, t in zip(tried, timings))
     on = "the sample's" if rows is not None else "synthetic"
@@ -198,7 +275,11 @@ def measure(forest: Forest, choices: list[Choice], batch: int, options: CompileO
                              n_threads=threads, small=c.few_rows, small_rows=c.few_rows_max)
         run = prog.caller(program, forest.n_outputs,
                           lambda X, p=prog: p(X, program, forest.n_outputs))  # as compiled
-        run(rows)  # compile and warm up
+        try:
+            run(rows)  # compile and warm up
+        except ValueError:  # a schedule this forest cannot take (kernel_spec says why)
+            timings.append(float("inf"))
+            continue
         t = time.perf_counter()
         run(rows)
         calls = max(1, min(1000, int(MEASURE_SECONDS / max(time.perf_counter() - t, 1e-7))))
@@ -228,7 +309,7 @@ def synthetic_rows(forest: Forest, n: int, seed: int = 0) -> np.ndarray:
 
 
 def _key(forest: Forest, batch: int, threads: int, target: Any,
-         sample: str | None = None) -> str:
+         sample: str | None = None, mode: str | None = None) -> str:
     depths = forest.tree_depths()
     shape = [forest.n_trees, int(depths.max(initial=0)), round(float(depths.mean() or 0), 1),
              forest.n_features, forest.n_outputs, forest.value_width,
@@ -236,6 +317,8 @@ def _key(forest: Forest, batch: int, threads: int, target: Any,
              target.cpu, target.features]
     if sample is not None:  # measured on the user's rows: a decision of its own
         shape.append(sample)
+    if mode is not None:  # a wider search: a decision of its own (auto's keys unchanged)
+        shape.append(mode)
     return hashlib.sha256(json.dumps(shape, default=str).encode()).hexdigest()[:24]
 
 
@@ -272,4 +355,5 @@ def _store_decision(key: str, choice: Choice) -> None:
         pass  # an unwritable cache only costs measuring again
 
 
-__all__ = ["Choice", "candidates", "choose_schedule", "few_rows_max", "heuristic", "measure", "synthetic_rows"]
+__all__ = ["Choice", "candidates", "choose_schedule", "few_rows_max", "heuristic", "measure",
+           "search", "synthetic_rows"]
