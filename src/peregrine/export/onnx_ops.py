@@ -249,7 +249,11 @@ def lower_one_hot(e: Emitter, n: Any, ins: list[str]) -> str:
 @lowering(Op.POLYNOMIAL)
 def lower_polynomial(e: Emitter, n: Any, ins: list[str]) -> str:
     """The rule's repeated products, factor by factor: a column of ones pads outputs with
-    fewer factors (times 1.0 is exact), so each output is multiplied in the rule's order."""
+    fewer factors (times 1.0 is exact), so each output is multiplied in the rule's order.
+    The factors are gathered from the transposed input (a row per feature) and the product
+    transposed back: ONNX Runtime's Gather along axis 1 copies one element at a time
+    (measured: 0.70 s against 0.30 s for 100K rows, 20 features, degree 2), along axis 0 a
+    whole row of N values; the products are the same operands in the same order."""
     powers = np.asarray(n.attrs.powers, dtype=np.int64)
     n_out, n_in = powers.shape
     factors = n.attrs.factors()  # the rule's multiplication order
@@ -259,13 +263,14 @@ def lower_polynomial(e: Emitter, n: Any, ins: list[str]) -> str:
     x1 = e.op("Concat", [ins[0], ones], axis=1)
     if degree == 0:
         return e.op("Gather", [x1, e.const(np.full(n_out, n_in, np.int64))], axis=1)
+    xt = e.op("Transpose", [x1], perm=[1, 0])
     out = None
     for s in range(degree):
         idx = np.asarray([f[s] if s < len(f) else n_in for f in factors], np.int64)
-        f = e.op("Gather", [x1, e.const(idx)], axis=1)
+        f = e.op("Gather", [xt, e.const(idx)], axis=0)
         out = f if out is None else e.op("Mul", [out, f])
     assert out is not None
-    return out
+    return e.op("Transpose", [out], perm=[1, 0])
 
 
 _LN2, _LN10 = float(np.log(2.0)), float(np.log(10.0))
