@@ -1,5 +1,10 @@
-"""The text boundary (``ir/semantics/text.py``'s TextSpec), array-at-a-time: documents become
-scikit-learn's document-term matrix without a Python loop per document or per token.
+"""The text boundary (``ir/semantics/text.py``'s TextSpec): documents become scikit-learn's
+document-term matrix without a Python loop per document or per token.
+
+A vocabulary's matrix (and the projected scores) come from the compiled kernel
+(``runtime/text_native.py``, ``kernels/text_kernel.py``) when it applies; the NumPy path
+below, array at a time, is the fallback (hashing, keys past int64, more than 2**31 entries,
+no LLVM) and the kernel's test oracle (``TextRunner(spec, compiled=False)``):
 
 1. All documents are joined with a space (neither cased nor case-ignorable, so ``str.lower`` of
    the join is the join of each document's ``lower()``, Final_Sigma included; and outside
