@@ -190,7 +190,6 @@ class TextRunner:
     # ------------------------------------------------------------------------ weights --
     def matrix(self, docs: list[str]) -> Any:
         """S: the vectorizer's transform (a scipy.sparse csr_matrix of ``spec.dtype``)."""
-
         spec = self.spec
         nat = self.native()
         if nat is not None and nat.weighs and (spec.idf is not None or spec.norm):
