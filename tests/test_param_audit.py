@@ -155,7 +155,7 @@ def _text_params(name: str) -> dict[str, list[V] | str]:
         "analyzer": [V("char", refused=True), V("char_wb", refused=True)],
         "preprocessor": [V(str.upper, refused=True)],
         "tokenizer": [V(str.split, {"token_pattern": None}, refused=True)],
-        "strip_accents": [V("unicode", refused=True), V("ascii", refused=True)],
+        "strip_accents": [V("unicode"), V("ascii")],
         "token_pattern": [V(r"(?u)\b\w+\b"), V(r"\S+"), V(r"[a-z]{3}", refused=True)],
         "lowercase": [V(False)], "stop_words": [V(["ok", "fox"]), V("english")],
         "ngram_range": [V((1, 2)), V((2, 3))], "binary": [V(True)],

@@ -9,7 +9,7 @@ then split at its input (``_split``): the first LINEAR layers' weights become th
 projection (S @ W computed as sklearn's sparse decision functions compute it; the layers keep
 only their bias), or the columns tree splits read become the boundary's gather. The
 (documents x vocabulary) matrix is never dense. Refused: analyzer other than "word", callable
-preprocessor/tokenizer/analyzer, strip_accents, token patterns outside TOKEN_PATTERNS, input
+preprocessor/tokenizer/analyzer/strip_accents, token patterns outside TOKEN_PATTERNS, input
 other than "content", each naming the parameter.
 """
 
@@ -55,8 +55,9 @@ def _analyzer(vec: Any) -> tuple[str, int]:
     for name in ("preprocessor", "tokenizer"):
         if getattr(vec, name) is not None:
             raise unsupported(vec, f"a callable {name}", f"{name}=None")
-    if vec.strip_accents is not None:
-        raise unsupported(vec, f"strip_accents={vec.strip_accents!r}", "None")
+    if vec.strip_accents not in (None, "ascii", "unicode"):  # a callable
+        raise unsupported(vec, f"strip_accents={vec.strip_accents!r}",
+                          "None, 'ascii', 'unicode'")
     if vec.token_pattern not in TOKEN_PATTERNS:
         raise unsupported(vec, f"token_pattern={vec.token_pattern!r}",
                           ", ".join(repr(p) for p in TOKEN_PATTERNS))
@@ -83,7 +84,8 @@ def text_spec(vec: Any, tfidf: Any = None) -> TextSpec:
     char_class, min_len = _analyzer(vec)
     common = {"char_class": char_class, "min_len": min_len, "lowercase": bool(vec.lowercase),
               "ngram_range": (int(vec.ngram_range[0]), int(vec.ngram_range[1])),
-              "stop_words": _stop_words(vec), "binary": bool(vec.binary)}
+              "stop_words": _stop_words(vec), "binary": bool(vec.binary),
+              "strip_accents": vec.strip_accents or ""}
     if isinstance(vec, HashingVectorizer):
         hashing = {"vocabulary": (), "n_features": int(vec.n_features), "hashing": True,
                    "alternate_sign": bool(vec.alternate_sign)}
