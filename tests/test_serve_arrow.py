@@ -118,10 +118,12 @@ def app_and_model(tmp_path_factory):
     return app, peregrine.load(str(path))
 
 
-def _post(app, body: bytes, pieces: int, length: int | None) -> tuple[int, bytes]:
+def _post(
+    app, body: bytes, pieces: int, length: int | None, content_type: str = formats.ARROW
+) -> tuple[int, bytes]:
     """The ASGI app called directly: ``body`` in ``pieces`` messages, with a Content-Length
     of ``length`` (None: none, as in a chunked request)."""
-    headers = [(b"content-type", formats.ARROW.encode())]
+    headers = [(b"content-type", content_type.encode())]
     if length is not None:
         headers.append((b"content-length", str(length).encode()))
     scope = {"type": "http", "method": "POST", "path": "/v1/predict_proba", "headers": headers}
@@ -175,3 +177,27 @@ def test_a_body_over_the_limit_in_pieces_is_413(app_and_model):
     for length in (None, 1000):  # no length; a length that understates the body
         status, answer = _post(app, body, 40, length)
         assert status == 413 and b"TooLarge" in answer
+
+
+def test_json_and_npy_bodies_in_pieces(app_and_model):
+    """Every format reads the buffer a body in several messages lands in, including JSON
+    that only the standard library parses (a NaN literal: json.loads takes no memoryview)."""
+    import io
+    import json
+
+    app, compiled = app_and_model
+    X = np.random.default_rng(6).normal(size=(2000, N_FEATURES))
+    X[3, 1] = np.nan
+    rows = [[v if v == v else None for v in row] for row in X.tolist()]
+    strict = json.dumps({"rows": rows}).encode()
+    literal = strict.replace(b"null", b"NaN", 1)  # only json.loads reads NaN
+    expected = compiled.predict_proba(X)
+    for body in (strict, literal):
+        status, answer = _post(app, body, 7, len(body), formats.JSON)
+        assert status == 200, answer
+        np.testing.assert_array_equal(json.loads(answer)["predictions"], expected)
+    buf = io.BytesIO()
+    np.save(buf, X, allow_pickle=False)
+    status, answer = _post(app, buf.getvalue(), 7, len(buf.getvalue()), formats.NPY)
+    assert status == 200, answer
+    assert formats.load_npy(answer).tobytes() == np.ascontiguousarray(expected).tobytes()

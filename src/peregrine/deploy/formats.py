@@ -70,7 +70,9 @@ def media_type(content_type: str | None) -> str:
     return base
 
 
-def decode(body: bytes, fmt: str, feature_names: tuple[str, ...] | None) -> Payload:
+def decode(body: bytes | memoryview, fmt: str, feature_names: tuple[str, ...] | None) -> Payload:
+    """``body``: a bytes-like object (a memoryview where the server read it in several
+    messages)."""
     if fmt == JSON:
         return _decode_json(body)
     if fmt == NPY:
@@ -94,7 +96,7 @@ def _frame_payload(df: Any, fmt: str) -> Payload:
 
 
 # ------------------------------------------------------------------------------------ JSON --
-def _loads(body: bytes) -> Any:
+def _loads(body: bytes | memoryview) -> Any:
     """``json.loads``'s answer, the same Python values (floats correctly rounded in both; the
     tests compare them on edge cases). orjson is strict JSON; what only json.loads reads
     (NaN/Infinity literals, integers beyond 64 bits, UTF-16 bodies, lone surrogates) and
@@ -104,7 +106,8 @@ def _loads(body: bytes) -> Any:
             return orjson.loads(body)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(body)
+    # json.loads takes no memoryview (a body the server read in several messages)
+    return json.loads(bytes(body) if isinstance(body, memoryview) else body)
 
 
 def _decode_json(body: bytes) -> Payload:
