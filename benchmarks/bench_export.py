@@ -141,6 +141,7 @@ def bench_trees(args) -> None:
 def bench_pipelines(args) -> None:
     import bench_pipelines as bp
 
+    bp.THREADS = str(args.threads)  # the peer's intra-op threads, as the export's
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         models, X = bp._models(args.train_rows)
