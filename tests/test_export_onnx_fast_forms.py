@@ -80,6 +80,17 @@ def test_short_sigmoid_where_only_probabilities_are_read(tmp_path):
     k = len(logits)
     np.testing.assert_allclose(got["predict_proba"][:k], want[:k], rtol=RTOL, atol=0)
     np.testing.assert_allclose(got["predict_proba"][k:], want[k:], rtol=RTOL, atol=1e-300)
+    # probabilities alone: the Gemm returns -v (negated weights), no Neg node
+    model, got = _export(m, tmp_path, rows, ["predict_proba"])
+    assert "Neg" not in _ops(model)
+    np.testing.assert_allclose(got["predict_proba"][:k], want[:k], rtol=RTOL, atol=0)
+    np.testing.assert_allclose(got["predict_proba"][k:], want[k:], rtol=RTOL, atol=1e-300)
+    # the decision values are a result too: v itself, then Neg
+    model, got = _export(m, tmp_path, rows, ["decision_function", "predict_proba"])
+    assert "Neg" in _ops(model)
+    np.testing.assert_allclose(got["decision_function"], m.decision_function(rows),
+                               rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(got["predict_proba"][:k], want[:k], rtol=RTOL, atol=0)
 
 
 def test_clip_keeps_nan(tmp_path):
@@ -181,3 +192,22 @@ def test_output_copies_pass_keeps_every_output():
     for v in (a, b, d):
         np.testing.assert_array_equal(v, 2 * x)
     np.testing.assert_array_equal(c, x)
+
+
+def test_l2_normalizer_edges(tmp_path):
+    """Normalizer('l2') through ReduceL2: zero rows (divided by 1), rows whose squares
+    underflow to a zero norm (likewise), huge rows whose squares overflow (norm inf: zeros),
+    as scikit-learn."""
+    from sklearn.preprocessing import Normalizer
+
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(600, 7))
+    rows[0] = 0.0
+    rows[1] = 1e-200
+    rows[2, :3] = [1e200, -1e200, 3.0]
+    rows[3] = [5e-324, 0, 0, 0, 0, 0, -5e-324]
+    m = Normalizer().fit(rows)
+    model, got = _export(m, tmp_path, rows, ["transform"])
+    assert "ReduceL2" in _ops(model)
+    np.testing.assert_allclose(got["transform"], m.transform(rows), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(got["transform"][:4], m.transform(rows)[:4], rtol=RTOL, atol=0)

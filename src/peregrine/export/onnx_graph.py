@@ -53,6 +53,9 @@ class Emitter:
         # results: a lowering may pick a form by what its value reaches (onnx_ops._sigmoid)
         self.consumers: dict[str, list[Any]] = {}
         self.results: set[str] = set()
+        # tensors holding -v for their IR node's value v (a Gemm with negated weights feeding
+        # the short sigmoid, which needs exp(-v): onnx_ops.lower_linear)
+        self.negated: set[str] = set()
         self._count = 0
 
     def fresh(self, hint: str) -> str:
