@@ -191,6 +191,12 @@ def test_old_opset_and_bad_batch_refused(tmp_path):
         compiled.export_onnx(tmp_path / "m.onnx", batch=0)
     report = compiled.export_onnx(tmp_path / "m.onnx", batch=8, sample=X[:8])
     assert report.inputs["X"][1] == [8, 6]
+    # a fixed batch validates on any row count (generated rows, a sample of 13): whole
+    # batches, the last one filled up
+    for sample in (None, X[:13]):
+        report = compiled.export_onnx(tmp_path / "m.onnx", batch=8, sample=sample)
+        assert report.inputs["X"][1] == [8, 6] and report.rows == (512 if sample is None
+                                                                    else 13)
 
 
 def test_validation_catches_a_wrong_lowering(tmp_path, monkeypatch):

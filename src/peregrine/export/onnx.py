@@ -267,6 +267,21 @@ def validation_rows(compiled: Any, n: int = 512, seed: int = 0) -> np.ndarray:
     return X
 
 
+def _run_batches(sess: Any, X: np.ndarray, fixed: int) -> list[np.ndarray]:
+    """Every output for the rows of ``X``; a file exported with a fixed batch (``batch=n``)
+    takes exactly n rows a call, so the rows go in whole batches, the last one filled up with
+    copies of its first row and the answers for those cut off."""
+    if not fixed or len(X) == fixed:
+        return sess.run(None, {INPUT_NAME: X})
+    parts = []
+    for start in range(0, len(X), fixed):
+        chunk = X[start:start + fixed]
+        if len(chunk) < fixed:
+            chunk = np.concatenate([chunk, np.repeat(chunk[:1], fixed - len(chunk), axis=0)])
+        parts.append(sess.run(None, {INPUT_NAME: chunk}))
+    return [np.concatenate([p[i] for p in parts])[:len(X)] for i in range(len(parts[0]))]
+
+
 def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = None
              ) -> tuple[int, dict[str, dict[str, float]]]:
     """Run ``model`` in ONNX Runtime and ``compiled`` on the same rows; raise ValidationError
@@ -288,7 +303,8 @@ def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = Non
     except Exception as exc:  # noqa: BLE001 - ONNX Runtime lacks a kernel (e.g. a dtype)
         raise UnsupportedModelError(f"{compiled.spec.source}: ONNX Runtime cannot run the "
                                     f"exported model: {exc}") from exc
-    got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {INPUT_NAME: X})))
+    fixed = model.graph.input[0].type.tensor_type.shape.dim[0].dim_value  # 0: dynamic
+    got = dict(zip([o.name for o in sess.get_outputs()], _run_batches(sess, X, fixed)))
     report: dict[str, dict[str, float]] = {}
     for m, name in methods.items():
         want, have = expected[m], np.asarray(got[name])
