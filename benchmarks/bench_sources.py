@@ -10,6 +10,14 @@ hold it against CatBoost's predict(thread_count=1), timed with the calling threa
 (row, tree):
 
     .venv/bin/python benchmarks/bench_sources.py --single-thread --rows 20000 --repeat 15
+
+``--ctr``: a default CatBoostClassifier (200 iterations, depth 6) on 6 string categorical
+columns (20-500 categories) and 10 numeric ones, so CatBoost builds CTRs of single features and
+of combinations; Peregrine native against CatBoost's predict_proba on DataFrames (CatBoost's
+ONNX export refuses models with CTRs, so there is no ONNX Runtime row). ``--profile`` adds a
+per-node timing of the compiled graph's steps (reference rules) and a cProfile of one call:
+
+    .venv/bin/python benchmarks/bench_sources.py --ctr [--rows 100000] [--repeat 5] [--profile]
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import time
 import catboost as cb
 import numpy as np
 import onnxruntime as ort
+import pandas as pd
 from skl2onnx import to_onnx
 from sklearn.ensemble import RandomForestRegressor
 
@@ -75,6 +84,75 @@ def single_thread(model, T: np.ndarray, repeat: int) -> None:
               f"ns/(row*tree), {ref / t:.2f}x catboost)")
 
 
+CTR_CATS = (20, 50, 100, 200, 350, 500)  # categories of the 6 string columns
+
+
+def ctr_frame(n: int, seed: int) -> pd.DataFrame:
+    r = np.random.default_rng(seed)
+    cols = {f"n{i}": r.normal(size=n) for i in range(10)}
+    for i, k in enumerate(CTR_CATS):
+        # skewed frequencies (a few frequent categories, a long tail), as real columns have
+        cols[f"c{i}"] = np.array([f"v{i}_{j}" for j in range(k)], dtype=object)[
+            np.minimum(r.zipf(1.3, n) - 1, k - 1)]
+    return pd.DataFrame(cols)
+
+
+def ctr_model(iterations: int) -> cb.CatBoostClassifier:
+    df = ctr_frame(20_000, 0)
+    code = lambda c: df[c].str.split("_").str[1].astype(int)  # noqa: E731
+    logit = (df.n0 + np.sin(df.n1) + 0.5 * ((code("c0") * 7 + code("c1")) % 5 - 2)
+             + 0.3 * (code("c3") % 3 == 0) * df.n2 + 0.2 * (code("c5") % 4 - 1.5))
+    y = (logit + np.random.default_rng(1).logistic(size=len(df)) > 0).astype(int)
+    cats = [c for c in df.columns if c.startswith("c")]
+    return cb.CatBoostClassifier(iterations=iterations, depth=6, cat_features=cats, verbose=0,
+                                 random_seed=0, allow_writing_files=False).fit(df, y)
+
+
+def ctr_profile(compiled, T) -> None:
+    """Seconds per graph node (each op's reference rule, as native runs its non-forest ops) and
+    a cProfile of one native predict_proba."""
+    import cProfile
+    import pstats
+
+    from peregrine.runtime.inputs import prepare_input
+
+    spec = compiled.spec
+    t = time.perf_counter()
+    X = prepare_input(T, spec)
+    print(f"  input boundary (hashing): {time.perf_counter() - t:.3f} s")
+    values = {}
+    for node in spec.graph.toposort():
+        t = time.perf_counter()
+        values[node.name] = X if node.op.name == "INPUT" else node.attrs.rule(
+            node, [values[i] for i in node.inputs], compiled.options)
+        print(f"  {node.name} {node.op.name} width={node.width}: "
+              f"{time.perf_counter() - t:.3f} s")
+    prof = cProfile.Profile()
+    prof.runcall(compiled.predict_proba, T)
+    pstats.Stats(prof).sort_stats("tottime").print_stats(12)
+
+
+def ctr_bench(args) -> None:
+    model = ctr_model(args.iterations)
+    T = ctr_frame(args.rows, 2)
+    native = peregrine.compile(model, backend="native")
+    np.testing.assert_allclose(native.predict_proba(T[:2000]), model.predict_proba(T[:2000]),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(native.predict(T[:2000]), model.predict(T[:2000]))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            model.save_model(os.path.join(tmp, "m.onnx"), format="onnx")
+        onnx_note = "exported (unexpected)"
+    except cb.CatBoostError as exc:
+        onnx_note = f"refused by CatBoost: {str(exc).splitlines()[0][:120]}"
+    print(f"catboost ctr model: {model.tree_count_} trees, onnx export {onnx_note}")
+    if args.profile:
+        ctr_profile(native, T)
+    row(f"catboost ctr {model.tree_count_}x6", {"peregrine-native": native.predict_proba,
+                                               "catboost-predict": model.predict_proba},
+        T, args.repeat)
+
+
 def session(model_bytes: bytes):
     sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
     name = sess.get_inputs()[0].name
@@ -95,6 +173,9 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--single-thread", action="store_true")
+    ap.add_argument("--ctr", action="store_true")
+    ap.add_argument("--iterations", type=int, default=200)
+    ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     X = rng.normal(size=(20_000, 20)).astype(np.float32)
@@ -102,6 +183,9 @@ def main() -> None:
     T = rng.normal(size=(args.rows, 20)).astype(np.float32)
     print(f"python {platform.python_version()}, catboost {cb.__version__}, onnxruntime "
           f"{ort.__version__}, peregrine {peregrine.__version__}, cpus {os.cpu_count()}")
+    if args.ctr:
+        ctr_bench(args)
+        return
 
     model = cb.CatBoostRegressor(iterations=500, depth=6, verbose=0, random_seed=0,
                                  allow_writing_files=False).fit(X, y)

@@ -122,6 +122,7 @@ def test_combination_ctrs_every_backend(model, backend):
     compiled = peregrine.compile(model, backend=backend)
     for rows in _rows(model):
         _check(compiled, model, rows)
+        _check(compiled, model, rows.iloc[:1])  # one row: the few-rows paths
     if backend == "reference":  # the input boundary is the runtime's, the same for all
         cats = _cat_names(rows)
         _check(compiled, model, rows.astype({c: "category" for c in cats}))
@@ -174,6 +175,40 @@ def test_saved_json_compiles(tmp_path):
     for rows in _rows(model):
         np.testing.assert_allclose(compiled.predict(rows), model.predict(rows), rtol=0,
                                    atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [1, 5, 300])
+@pytest.mark.parametrize("kind", ["object", "arrow", "numpy"])
+@pytest.mark.parametrize("bad", [None, np.nan])
+def test_missing_category_refused(n, kind, bad):
+    """CatBoost refuses None and NaN in cat_features; so does the input boundary, whichever
+    path hashes the column (value by value for a few rows, Arrow's dictionary encoding,
+    pandas.factorize)."""
+    from peregrine.errors import InputError
+
+    model = MODELS["binary-default"]()
+    rows = _frame(n, 8).astype({"d": object})
+    rows.loc[n // 2, "d"] = bad
+    with pytest.raises((cb.CatBoostError, TypeError)):
+        model.predict(rows)
+    if kind == "arrow":
+        rows = rows.astype({"d": "string[pyarrow]"})
+    compiled = peregrine.compile(model, backend="native")
+    with pytest.raises(InputError):
+        compiled.predict(rows.to_numpy(dtype=object) if kind == "numpy" else rows)
+
+
+def test_hash_paths_agree():
+    """Arrow dictionary encoding, pandas.factorize, the value-by-value path and the hash cache
+    give each string CatBoost's hash."""
+    from peregrine.runtime.cat_hash import CATBOOST_HASH, city_hash64, hash_column
+
+    values = np.array(WORDS * 5 + ["", "é" * 40, "x" * 100], dtype=object)
+    want = np.array([city_hash64(v.encode()) & 0xFFFFFFFF for v in values], dtype=np.float64)
+    for column in (pd.Series(values), pd.Series(values, dtype="string[pyarrow]"), values,
+                   values[:3], pd.Series(values[:3], dtype="string[pyarrow]")):
+        np.testing.assert_array_equal(hash_column(column, CATBOOST_HASH, "c"),
+                                      want[:len(column)])
 
 
 # --- the key decoder on its own ------------------------------------------------------------

@@ -20,7 +20,7 @@ its string, low 32 bits) and stores no strings, so the spec marks those columns
 ``hash_columns`` and the runtime hashes each value at the boundary; the graph then derives one
 numeric column per one-hot value (1 iff hash == value) and per CTR (the CTR value looked up by
 hash, or for a combination of features the CTR value of the row's decoded tuple,
-frontends/catboost_ctr.py and catboost_combos.py) with CATEGORY_MAP, and the forest splits on
+frontends/catboost_ctr.py and catboost_combos.py) in one CTR_LOOKUP node, and the forest splits on
 those. Text and embedding features are refused.
 """
 

@@ -19,21 +19,19 @@ inputs, so the forest itself only has numeric ``x > border`` splits:
   lists the table's buckets ``[key, counts...]``, empty buckets keyed 2**64 - 1 (skipped).
 
 A single-feature projection keys its table by ``CalcHash(0, (ui64)(i32)hash)`` =
-``M * (M * hash)``, inverted (M is odd) to the category hash: the hashed column is looked up
-(hash -> CTR value). A combination (several categorical features, or categorical features with
-binarized float features ``x > border`` or one-hot elements) cannot be keyed by one column, so
-its keys are decoded into tuples when compiling (catboost_combos.py) and the graph numbers each
-row's tuple: each distinct element once as a code (1..n for the categories the tables hold, 0
-for any other) or a bit (CatBoost's float32 comparison and NaN rule), one LINEAR makes each
-combination's mixed-radix number (exact: integers below 2**52), and the numbers are looked up
-(tuple number -> CTR value).
+``M * (M * hash)``, inverted (M is odd) to the category hash. A combination (several
+categorical features, or categorical features with binarized float features ``x > border`` or
+one-hot elements) cannot be keyed by one column, so its keys are decoded into tuples when
+compiling (catboost_combos.py) and numbered in mixed radix: each categorical element a code
+(1..n for the categories the tables hold, ascending hash order; 0 for any other), each
+binarized element a bit (CatBoost's float32 comparison and NaN rule).
 
-Every lookup is an INTERP over integer keys, all in one node (``add_columns``): a dense table
-(xp = 0..n-1, read by position by INTERP's rule) where the key range is small, else three
-points per key (``_interp_table``, a binary search per row). CATEGORY_MAP compares each row
-with every key (11.7 s on a 200-tree model with ~80 CTR columns, 100K rows, native backend,
-against 3.4 s with one INTERP per column and ~1.3 s with the dense tables; CatBoost's own
-predict 0.2-0.5 s there). Lookup forests (a search tree per table) took 20-40 s to JIT.
+Every derived column comes from one CTR_LOOKUP node (ir/semantics/ctr.py; ``add_columns``):
+each element and each key computed once per row, each column read off its key's table. On the
+native backend it is one row kernel (backends/native/ctr_kernel.py). History, 200-tree default
+model, 100K rows, native: CATEGORY_MAP (a comparison per key) 11.7 s; one INTERP per column
+3.4 s; one INTERP node with dense tables plus SELECT/LINEAR/CONCAT between them ~1.3 s (the
+NumPy passes between kernels were the cost); CTR_LOOKUP's kernel: docs/frontends/catboost.md.
 """
 
 from __future__ import annotations
@@ -240,10 +238,10 @@ class CategoricalColumns:
             slots, bits, radix = [], [], 1
             numbers = np.zeros(len(rows), dtype=np.float64)
             for j, f in enumerate(proj.cats):
-                values = np.unique(rows[:, 1 + j])
-                code = np.searchsorted(values, rows[:, 1 + j]) + 1  # 0: any other category
-                slots.append((self.cat_column[f], np.array([_uint32(v) for v in values]),
-                              float(radix)))
+                hashes = rows[:, 1 + j] & 0xFFFFFFFF  # the uint32 hash the input column holds
+                values = np.unique(hashes)  # ascending: code c (1..n) is the c-th, 0 any other
+                code = np.searchsorted(values, hashes) + 1
+                slots.append((self.cat_column[f], values.astype(np.float64), float(radix)))
                 numbers += code * float(radix)
                 radix *= len(values) + 1
             for i, e in enumerate(elements[name]):
@@ -256,7 +254,7 @@ class CategoricalColumns:
                                  self.nan_true[f], float(radix)))
                 numbers += rows[:, 1 + k + i] * float(radix)
                 radix *= 2
-            if radix > 1 << 52:  # _interp_table's k +- 0.5 must be exact
+            if radix > 1 << 52:  # CTR_LOOKUP's keys are exact in float64
                 raise unsupported(self.model, f"a CTR combination with {radix} tuples "
                                   f"({name})", "combinations numbered below 2**52")
             self._combos[name] = _Combination(slots, bits, numbers, rows[:, 0], radix)
@@ -264,145 +262,96 @@ class CategoricalColumns:
 
     def add_columns(self, g: GraphBuilder, x: str) -> str:
         """The input with the derived columns appended (x unchanged when there are none), in
-        the forest's order, by one lookup node: each distinct key (a categorical column's
-        code, a combination's tuple number) is computed once and every derived column reads
-        its value off a table over that key (``_key_table``)."""
+        the forest's order, by one CTR_LOOKUP node (ir/semantics/ctr.py): each distinct
+        element (a categorical column's code, a float bit) and each distinct key (a code, a
+        combination's tuple number) is computed once per row, and every derived column reads
+        its value off the table of its key."""
         if not self.derived:
             return x
         keys = _Keys()
-        # each derived column as (its key: ("code", element) or ("combo", p), xp, fp)
-        lookups = []
         for d in self.derived:
             if d[0] == "map":
                 _, col, cats, values, unknown = d
                 order = np.argsort(cats, kind="stable")
                 e = keys.code(col, np.asarray(cats, np.float64)[order])
                 # code c (1..n) is the c-th category in ascending hash order, 0 any other
-                table = np.concatenate([[unknown], np.asarray(values, np.float64)[order]])
-                lookups.append((("code", e), *_key_table(np.arange(len(table)), table,
-                                                         unknown, len(table)), unknown))
+                n = len(cats)
+                p = keys.projection(("code", e), [(e, 1)], np.arange(1, n + 1))
+                keys.column(p, np.asarray(values, np.float64)[order], unknown)
             else:
                 _, combo, values, unknown = d
                 p = keys.combination(combo)
-                lookups.append((("combo", p), *_key_table(combo.numbers, values, unknown,
-                                                          combo.size), unknown))
-        key_node, at = keys.build(g, x)
-        sel = g.add(Op.SELECT, (key_node,), width=len(lookups),
-                    columns=np.asarray([at[lk[0]] for lk in lookups]))
-        unknown = np.asarray([lk[3] for lk in lookups], np.float64)
-        values = g.add(Op.INTERP, (sel,), width=len(lookups), xp=tuple(lk[1] for lk in lookups),
-                       fp=tuple(lk[2] for lk in lookups), left=unknown, right=unknown)
-        return g.add(Op.CONCAT, (x, values), width=self.n_inputs + len(self.derived))
+                order = np.argsort(combo.numbers, kind="stable")
+                keys.column(p, np.asarray(values, np.float64)[order], unknown)
+        return g.add(Op.CTR_LOOKUP, (x,), width=self.n_inputs + len(self.derived),
+                     **keys.attrs())
 
 
 class _Keys:
-    """The distinct keys the lookups read: categorical codes (one INTERP over the hashed
-    columns, a binary search per row each), float bits (``float32(x) > border``, compared in
-    float64 by CENTER_SCALE and BINARIZE) and each combination's tuple number (one LINEAR
-    weighting codes and bits by the combination's radix: integers below 2**52, exact)."""
+    """The CTR_LOOKUP node's tables: distinct elements (categorical codes, float bits),
+    distinct projections (the key each derived column reads) and the derived columns."""
 
     def __init__(self) -> None:
         self.codes: dict[tuple, int] = {}  # (column, categories) -> code element
         self.code_tables: list[tuple[int, np.ndarray]] = []
         self.bits: dict[tuple, int] = {}  # (column, border, NaN true) -> bit element
-        self.bit_list: list[tuple[int, float, bool]] = []
-        self.combos: list[_Combination] = []
+        self.projections: dict[Any, int] = {}
+        self.key_parts: list[list[tuple[tuple, int]]] = []  # (element, weight) per projection
+        self.key_sets: list[np.ndarray] = []
+        self.columns: list[tuple[int, np.ndarray, float]] = []  # (projection, values, unknown)
 
-    def code(self, col: int, cats: np.ndarray) -> int:
+    def code(self, col: int, cats: np.ndarray) -> tuple:
         key = (col, cats.tobytes())  # a feature's categories are the same in every table
         if key not in self.codes:
             self.codes[key] = len(self.code_tables)
             self.code_tables.append((col, cats))
-        return self.codes[key]
+        return ("code", self.codes[key])
+
+    def bit(self, col: int, border: float, nan_true: bool) -> tuple:
+        return ("bit", self.bits.setdefault((col, border, nan_true), len(self.bits)))
+
+    def projection(self, name: Any, parts: list, numbers: np.ndarray) -> int:
+        if name not in self.projections:
+            self.projections[name] = len(self.key_parts)
+            self.key_parts.append(parts)
+            self.key_sets.append(np.asarray(numbers, np.int64))
+        return self.projections[name]
 
     def combination(self, combo: _Combination) -> int:
-        for p, c in enumerate(self.combos):
-            if c is combo:
-                return p
-        self.combos.append(combo)
-        for col, cats, _ in combo.slots:
-            self.code(col, cats)
-        for col, border, nan_true, _ in combo.bits:
-            self.bits.setdefault((col, border, nan_true), len(self.bits))
-        return len(self.combos) - 1
+        parts = [(self.code(col, cats), int(w)) for col, cats, w in combo.slots]
+        parts += [(self.bit(col, border, nan), int(w)) for col, border, nan, w in combo.bits]
+        return self.projection(id(combo), parts, np.sort(combo.numbers.astype(np.int64)))
 
-    def build(self, g: GraphBuilder, x: str) -> tuple[str, dict[tuple, int]]:
-        """A node holding every code, then every combination's number, and where each is."""
+    def column(self, p: int, values: np.ndarray, unknown: float) -> None:
+        self.columns.append((p, values, unknown))
+
+    def attrs(self) -> dict:
         n_codes = len(self.code_tables)
-        sel = g.add(Op.SELECT, (x,), width=n_codes,
-                    columns=np.asarray([c for c, _ in self.code_tables]))
-        tables = [_interp_table(cats, np.arange(1, len(cats) + 1), 0.0)
-                  for _, cats in self.code_tables]
-        codes = g.add(Op.INTERP, (sel,), width=n_codes, xp=tuple(t[0] for t in tables),
-                      fp=tuple(t[1] for t in tables), left=np.zeros(n_codes),
-                      right=np.zeros(n_codes))  # hashes: no NaN
-        at = {("code", e): e for e in range(n_codes)}
-        if not self.combos:
-            return codes, at
-        elements = codes
+        element = lambda e: e[1] if e[0] == "code" else n_codes + e[1]  # noqa: E731
         bits = list(self.bits)
-        if bits:
-            # bit = [float32(x) > border] = [x > t] (gt_float32_threshold), as the sign of
-            # x - t (exact in float64: no difference of doubles rounds to 0 or changes sign);
-            # NaN compares false. A NaN-true bit is 1 - [x < next(t)] (x >= next(t) iff x > t),
-            # the complement taken in the LINEAR below, so NaN gives 1
-            ts = [gt_float32_threshold(b) for _, b, _ in bits]
-            center = [np.nextafter(t, np.inf) if nan else t for t, (_, _, nan) in zip(ts, bits)]
-            scale = [-1.0 if nan else 1.0 for _, _, nan in bits]
-            sel = g.add(Op.SELECT, (x,), width=len(bits),
-                        columns=np.asarray([c for c, _, _ in bits]))
-            moved = g.add(Op.CENTER_SCALE, (sel,), width=len(bits),
-                          center=np.asarray(center), scale=np.asarray(scale))
-            flags = g.add(Op.BINARIZE, (moved,), width=len(bits), threshold=0.0)
-            elements = g.add(Op.CONCAT, (codes, flags), width=n_codes + len(bits))
-        matrix = np.zeros((n_codes + len(bits), len(self.combos)))
-        bias = np.zeros(len(self.combos))
-        for p, c in enumerate(self.combos):
-            for col, cats, weight in c.slots:
-                matrix[self.codes[(col, cats.tobytes())], p] += weight
-            for col, border, nan_true, weight in c.bits:
-                e = n_codes + self.bits[(col, border, nan_true)]
-                matrix[e, p] += -weight if nan_true else weight
-                bias[p] += weight if nan_true else 0.0
-        numbers = g.add(Op.LINEAR, (elements,), width=len(self.combos), weight=matrix,
-                        bias=bias)
-        at.update({("combo", p): n_codes + p for p in range(len(self.combos))})
-        return g.add(Op.CONCAT, (codes, numbers), width=n_codes + len(self.combos)), at
+        cats = [c for _, c in self.code_tables]
+        # bit = [float32(x) > border] = [x > t] exactly (gt_float32_threshold); NaN per nan_mode
+        return dict(
+            hash_columns=np.asarray([c for c, _ in self.code_tables], np.int64),
+            hashes=np.concatenate(cats) if cats else np.zeros(0),
+            hash_offsets=_offsets(len(c) for c in cats),
+            bit_columns=np.asarray([c for c, _, _ in bits], np.int64),
+            bit_thresholds=np.asarray([gt_float32_threshold(b) for _, b, _ in bits]),
+            bit_nan=np.asarray([int(nan) for _, _, nan in bits], np.int64),
+            key_elements=np.asarray([element(e) for parts in self.key_parts for e, _ in parts],
+                                    np.int64),
+            key_weights=np.asarray([w for parts in self.key_parts for _, w in parts], np.int64),
+            key_offsets=_offsets(len(parts) for parts in self.key_parts),
+            keys=np.concatenate(self.key_sets),
+            keys_offsets=_offsets(len(k) for k in self.key_sets),
+            sources=np.asarray([p for p, _, _ in self.columns], np.int64),
+            values=np.concatenate([np.concatenate([[u], v]) for _, v, u in self.columns]),
+            value_offsets=_offsets(len(v) + 1 for _, v, _ in self.columns),
+        )
 
 
-# A key table is dense (fp at 0..size-1, found by position: Op.INTERP's rule indexes such a
-# table) while it holds at most this many points or a few per stored key; past that it
-# keeps three points per key (_interp_table), a binary search per row.
-DENSE_TABLE_MAX = 1 << 16
-DENSE_PER_KEY = 8
-
-
-def _interp_table(keys: np.ndarray, values: np.ndarray, unknown: float
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(xp, fp) with ``np.interp(x, xp, fp, unknown, unknown)`` = the value of key x for every
-    key, ``unknown`` for every other integer. Keys are integers below 2**52 (category hashes,
-    codes, tuple numbers), so each key k gets the points (k - 0.5, unknown), (k, value),
-    (k + 0.5, unknown), exact in float64: INTERP returns fp at a point exactly and ``unknown``
-    on a flat piece. A row costs a binary search (np.interp), not a comparison per key as a
-    lookup by CATEGORY_MAP does."""
-    order = np.argsort(keys, kind="stable")
-    k = np.asarray(keys, np.float64)[order]
-    v = np.asarray(values, np.float64)[order]
-    u = np.full(len(k), float(unknown))
-    return np.column_stack([k - 0.5, k, k + 0.5]).reshape(-1), \
-        np.column_stack([u, v, u]).reshape(-1)
-
-
-def _key_table(keys: np.ndarray, values: np.ndarray, unknown: float, size: int
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """(xp, fp) mapping each integer key in [0, size) to its value and every other integer
-    to ``unknown`` under ``np.interp(x, xp, fp, unknown, unknown)``: dense (xp = 0..size-1,
-    which INTERP's rule reads by position, no search) when small, else ``_interp_table``."""
-    if size <= max(DENSE_TABLE_MAX, DENSE_PER_KEY * len(keys)) and size <= 1 << 24:
-        fp = np.full(size, float(unknown))
-        fp[np.asarray(keys, np.int64)] = values
-        return np.arange(size, dtype=np.float64), fp
-    return _interp_table(keys, values, unknown)
+def _offsets(lengths) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(list(lengths), dtype=np.int64)]).astype(np.int64)
 
 
 def _calc(ctr: dict, good: np.ndarray, total: np.ndarray) -> np.ndarray:

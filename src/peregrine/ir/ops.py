@@ -23,6 +23,7 @@ class Op(enum.Enum):
     ARGMAX = "argmax"  # first maximum's column, int64
     THRESHOLD = "threshold"  # x > v (or >=), int64
     ORDINAL_ENCODE = "ordinal_encode"  # value -> position among a column's categories
+    CTR_LOOKUP = "ctr_lookup"  # CatBoost's one-hot and CTR columns appended (semantics/ctr.py)
     # pipeline featurizers and linear models (ir/semantics/pipeline.py)
     LINEAR = "linear"  # x @ W + b
     SELECT = "select"  # x[:, columns]

@@ -6,12 +6,16 @@ cat_feature.cpp): the low 32 bits of CityHash64 (version 1.0.2, the one vendored
 util/digest/city.cpp) of the value's UTF-8 string. Integers (and bools) are hashed as their
 decimal string, as CatBoost's Python package converts them; floats, None and NaN are refused, as
 CatBoost refuses them ("cat_features must be integer or string"). The result is the uint32, exact
-in float64. Each distinct value of a column is hashed once.
+in float64. Each distinct value of a column is hashed once (Arrow-backed string columns through
+Arrow's dictionary encoding, others through pandas.factorize), and each string's hash is kept
+(``_string_hash``, an LRU cache of 65536 strings): at 100K rows of 6 string columns the boundary
+took 60 ms through NumPy object copies, 12 ms this way.
 """
 
 from __future__ import annotations
 
 import numbers
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -164,7 +168,43 @@ def _catboost_string(value: Any, where: Any) -> str:
 
 def catboost_hash(value: Any, where: Any = "?") -> int:
     """CatBoost's CalcCatFeatureHash of one value, as the uint32."""
-    return city_hash64(_catboost_string(value, where).encode("utf-8")) & 0xFFFFFFFF
+    return _string_hash(_catboost_string(value, where))
+
+
+SMALL = 64  # columns up to this long are hashed value by value (pandas.factorize costs ~20 us)
+
+
+@lru_cache(maxsize=1 << 16)
+def _string_hash(s: str) -> int:
+    # CityHash in Python costs ~10 us a string; a column's categories recur from call to call
+    # (a served model sees the same few hundred values), so each is hashed once per process
+    return city_hash64(s.encode("utf-8")) & 0xFFFFFFFF
+
+
+def _arrow_strings(values: Any) -> Any:
+    """A pandas column backed by Arrow strings (pandas' ``str`` dtype) as one Arrow array,
+    or None: hashed through Arrow's dictionary encoding, without NumPy's object copy."""
+    array = getattr(values, "array", None)
+    if array is None or not hasattr(array, "__arrow_array__"):
+        return None
+    try:
+        import pyarrow as pa
+
+        arr = pa.chunked_array(array.__arrow_array__()).combine_chunks()
+    except (ImportError, TypeError, ValueError):
+        return None
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        return arr
+    return None
+
+
+def _hash_arrow(arr: Any, where: Any) -> np.ndarray:
+    if arr.null_count:
+        raise InputError(f"column {where!r} holds a missing value; CatBoost's categorical "
+                         "features take integers or strings")
+    enc = arr.dictionary_encode()
+    table = np.array([_string_hash(v) for v in enc.dictionary.to_pylist()], dtype=np.float64)
+    return table[np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.intp)]
 
 
 def hash_column(values: Any, rule: str, where: Any) -> np.ndarray:
@@ -180,6 +220,16 @@ def hash_column(values: Any, rule: str, where: Any) -> np.ndarray:
                              "categorical features take integers or strings")
         table = np.array([catboost_hash(v, where) for v in cat.categories], dtype=np.float64)
         return table[codes]
+    if len(values) <= SMALL:
+        # a few rows (online scoring): value by value through the hash cache, no factorize or
+        # Arrow encoding (~20 us a column); floats and missing values reach catboost_hash,
+        # which refuses them
+        return np.array([_string_hash(v) if type(v) is str else catboost_hash(v, where)
+                         for v in np.asarray(values, dtype=object).reshape(-1)],
+                        dtype=np.float64)
+    strings = _arrow_strings(values)
+    if strings is not None:
+        return _hash_arrow(strings, where)
     arr = np.asarray(values)
     if arr.dtype.kind in "iub":
         uniq, inverse = np.unique(arr, return_inverse=True)

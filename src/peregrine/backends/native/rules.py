@@ -35,6 +35,10 @@ def run(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
     """``node`` on its input values, as the native executable computes ops it has no kernel
     for."""
     a = node.attrs
+    if node.op is Op.CTR_LOOKUP:  # its row kernel (ctr_kernel.py)
+        from peregrine.backends.native.ctr_kernel import run as run_ctr
+
+        return run_ctr(node, ins, options)
     if node.op is Op.KERNEL and a.kind == "rbf" and a.center_rows is None:
         x = np.asarray(ins[0], dtype=np.float64)
         return rbf_expanded(x, np.asarray(a.vectors, dtype=np.float64), float(a.gamma))

@@ -5,6 +5,7 @@ when torch is not installed."""
 
 # each module registers its ops in the lowering table
 from peregrine.backends.torch import (  # noqa: F401
+    ops_ctr,
     ops_kernel,
     ops_meta,
     ops_nn,

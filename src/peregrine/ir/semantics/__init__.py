@@ -12,6 +12,7 @@ import numpy as np
 from peregrine.ir.ops import Op
 from peregrine.ir.semantics import (
     core,
+    ctr,
     kernels,
     meta,
     neighbours,
@@ -46,5 +47,5 @@ def evaluate(graph: Graph, X: np.ndarray, outputs: tuple[str, ...],
         values[node.name] = node.attrs.rule(node, [values[i] for i in node.inputs], options)
     return {o: values[graph.outputs[o]] for o in outputs}
 
-__all__ = ["DEFS", "Attrs", "core", "evaluate", "kernels", "meta", "neighbours", "nn", "pipeline",
+__all__ = ["DEFS", "Attrs", "core", "ctr", "evaluate", "kernels", "meta", "neighbours", "nn", "pipeline",
            "transformers", "trees"]
