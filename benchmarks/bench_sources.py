@@ -151,6 +151,19 @@ def ctr_bench(args) -> None:
     row(f"catboost ctr {model.tree_count_}x6", {"peregrine-native": native.predict_proba,
                                                "catboost-predict": model.predict_proba},
         T, args.repeat)
+    # one row as a numpy object array (the DataFrame row above pays pandas' column access)
+    one = T[:1].to_numpy(dtype=object)
+    np.testing.assert_allclose(native.predict_proba(one), model.predict_proba(T[:1]),
+                               rtol=1e-5, atol=1e-6)
+    t = best(native.predict_proba, one, args.repeat * 200)
+    print(f"catboost ctr rows=1 numpy object array: peregrine-native {t * 1e6:.1f} us")
+    # one thread each, CPU time of the calling thread (holds on a loaded machine)
+    one_thread = peregrine.compile(model, backend="native",
+                                   options=peregrine.CompileOptions(n_threads=1))
+    ours = best_cpu(one_thread.predict_proba, T, args.repeat)
+    theirs = best_cpu(lambda X: model.predict_proba(X, thread_count=1), T, args.repeat)
+    print(f"catboost ctr rows={len(T)} one thread (CPU time): peregrine-native "
+          f"{ours * 1e3:.1f} ms, catboost-predict {theirs * 1e3:.1f} ms ({theirs / ours:.2f}x)")
 
 
 def session(model_bytes: bytes):
