@@ -132,3 +132,26 @@ def test_dataframe_string_columns_both_storages(storage):
     compiled = peregrine.compile(model, "torch")
     want = model.predict_proba(test.astype({"c": object}))
     np.testing.assert_allclose(compiled.predict_proba(test), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "bool"])
+def test_dataframe_of_one_dtype_in_or_out_of_order(dtype):
+    """A frame of one number dtype in the training order is converted whole (DataFrame.to_numpy),
+    reordered or with a column missing it goes through the column take or is refused; every
+    form gives the model's answers on the same values as an array."""
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=(40, 5)) * 3
+    frame = pd.DataFrame(values, columns=list("abcde")).astype(dtype)
+    y = (values[:, 0] + values[:, 1] > 0).astype(int)
+    model = LogisticRegression().fit(frame, y)
+    compiled = peregrine.compile(model, "native")
+    want = compiled.predict_proba(frame.to_numpy())  # the array path: the same bits
+    np.testing.assert_allclose(want, model.predict_proba(frame), rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(compiled.predict_proba(frame), want)
+    np.testing.assert_array_equal(compiled.predict_proba(frame.iloc[:1]), want[:1])
+    np.testing.assert_array_equal(compiled.predict_proba(frame[list("ecabd")]), want)
+    with pytest.raises(InputError, match="missing columns \\['d'\\]"):
+        compiled.predict_proba(frame.drop(columns="d"))
+    with pytest.raises(InputError, match="duplicate column names"):
+        compiled.predict_proba(pd.concat([frame, frame[["a"]]], axis=1).iloc[:, [0, 1, 2, 3, 4]]
+                               .set_axis(list("abcda"), axis=1).assign(e=frame.e))
