@@ -38,24 +38,20 @@ from sklearn.ensemble import RandomForestRegressor
 import peregrine
 
 
-def best(fn, X, repeat: int) -> float:
+def best(fn, X, repeat: int, clock=time.perf_counter) -> float:
+    """Best of ``repeat`` timed calls after one warm-up, on ``clock``."""
     fn(X)
     times = []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t = clock()
         fn(X)
-        times.append(time.perf_counter() - t)
+        times.append(clock() - t)
     return min(times)
 
 
 def best_cpu(fn, X, repeat: int) -> float:
-    fn(X)
-    times = []
-    for _ in range(repeat):
-        t = time.thread_time()
-        fn(X)
-        times.append(time.thread_time() - t)
-    return min(times)
+    """The calling thread's CPU time: other processes' load adds nothing."""
+    return best(fn, X, repeat, clock=time.thread_time)
 
 
 def single_thread(model, T: np.ndarray, repeat: int) -> None:
