@@ -13,6 +13,7 @@ import numpy as np
 
 from peregrine.errors import UnsupportedModelError, ValidationError
 from peregrine.ir.ops import Op
+from peregrine.options import Precision
 
 DEFAULT_OPSET = 21
 MIN_OPSET = 18  # ReduceSum/ReduceMax take their axes as an input
@@ -35,6 +36,9 @@ class ExportReport:
     opset: int
     rows: int = 0  # validation rows
     deviations: dict[str, dict[str, float]] = field(default_factory=dict)
+    # "exact" (every value within rtol 1e-5 / atol 1e-6 of the compiled model) or "float32"
+    # (the float32 level: ``deviations`` is its measured error, labels still identical)
+    precision: str = "exact"
 
 
 def _require() -> tuple[Any, Any]:
@@ -64,16 +68,22 @@ def exported_methods(spec: Any, methods: Any = None) -> list[str]:
 
 
 def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic",
-               ml_ops: str = "auto", methods: Any = None, input_dtype: str = "float64",
-               exact_sums: bool = False) -> tuple[Any, dict[str, str]]:
+               ml_ops: str = "auto", methods: Any = None, input_dtype: str | None = None,
+               exact_sums: bool = False, precision: Any = "auto"
+               ) -> tuple[Any, dict[str, str]]:
     """The ONNX ModelProto of ``compiled``'s program and {method: output name}."""
     onnx, _ = _require()
     from onnx import TensorProto, helper
 
     # importing registers the lowerings
     from peregrine.export import onnx_kernels, onnx_ops, onnx_trees  # noqa: F401
+    from peregrine.export.onnx_float32 import float32_nodes, narrow_lowering, parse_precision
     from peregrine.export.onnx_graph import LOWERINGS, RUNNING_BACKENDS, Emitter
-    from peregrine.export.onnx_tune import drop_output_copies, match_constant_ranks
+    from peregrine.export.onnx_tune import (
+        drop_dead_nodes,
+        drop_output_copies,
+        match_constant_ranks,
+    )
     from peregrine.export.onnx_vector_trees import plan_forests
 
     spec = compiled.spec
@@ -107,34 +117,48 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     for node in steps:
         for i in node.inputs:
             e.consumers.setdefault(i, []).append(node)
+    f32 = parse_precision(precision) is Precision.FLOAT32
+    if input_dtype is None:
+        input_dtype = "float32" if f32 else "float64"
     if input_dtype == "auto":
-        input_dtype = "float32" if float32_exact(graph, steps) else "float64"
+        input_dtype = "float32" if f32 or float32_exact(graph, steps) else "float64"
     if input_dtype not in ("float64", "float32"):
         raise ValueError(f"input_dtype={input_dtype!r}: use 'float64', 'float32' or 'auto'")
+    if f32 and input_dtype != "float32":
+        raise ValueError(f"precision='float32' exports a float32 input; input_dtype="
+                         f"{input_dtype!r} contradicts it (leave input_dtype out)")
     x_elem = TensorProto.FLOAT if input_dtype == "float32" else TensorProto.DOUBLE
     names: dict[str, str] = {}
     for node in graph.toposort():
         if node.op is Op.INPUT:
-            # a float32 input is widened once (exact); the program then runs on the
-            # rule's float64 path, and a forest comparing in float32 rounds it back (exact)
+            # a float32 input is widened where an op reads it in double (one Cast, exact:
+            # Emitter.cast); a forest comparing in float32 reads the float32 values
             names[node.name] = INPUT_NAME
-            if x_elem == TensorProto.FLOAT:
-                names[node.name] = e.op("Cast", [INPUT_NAME], to=TensorProto.DOUBLE)
-                e.narrow[names[node.name]] = INPUT_NAME
-                e.dtypes[INPUT_NAME] = TensorProto.FLOAT
-            e.widths[names[node.name]] = spec.n_features
+            e.dtypes[INPUT_NAME] = x_elem
+            e.widths[INPUT_NAME] = spec.n_features
     if ml_ops != "never" and not exact_sums:
         e.tree_plan, e.ml_opset = plan_forests(steps)
+    narrowed = float32_nodes(steps) if f32 else set()
     for node in steps:
         lower = LOWERINGS.get(node.op)
         if lower is None:
             e.refuse(node)
         ins = [names[i] for i in node.inputs]
+        floats = [i for i in ins if e.dtypes.get(i) != TensorProto.INT64]
+        # the float32 level: an op whose float inputs are all float32 already
+        narrow = (node.name in narrowed and bool(floats)
+                  and all(e.dtypes.get(i) == TensorProto.FLOAT for i in floats))
+        e.working = TensorProto.FLOAT if narrow else TensorProto.DOUBLE
         if node.dtype != "int64":  # labels (int64) feeding arithmetic: NumPy's promotion
-            ins = [e.to_double(i) for i in ins]
+            ins = [e.to_work(i) for i in ins]
+        first_node, first_const = len(e.nodes), len(e.initializers)
         out = lower(e, node, ins)  # type: ignore[misc]
+        if narrow:
+            narrow_lowering(e, first_node, first_const)
+        e.working = TensorProto.DOUBLE
         names[node.name] = out
-        e.dtypes[out] = TensorProto.INT64 if node.dtype == "int64" else TensorProto.DOUBLE
+        e.dtypes[out] = (TensorProto.INT64 if node.dtype == "int64"
+                         else TensorProto.FLOAT if narrow else TensorProto.DOUBLE)
         e.widths[out] = node.width
 
     outputs, taken = [], {}
@@ -157,9 +181,12 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
             shape = [rows] if ms.squeeze else [rows, width]
             if ms.squeeze:
                 x = e.op("Reshape", [x, e.const(np.asarray([-1], np.int64))])
-            # "input": the source returns the input's float dtype
+            # "input": the source returns the input's float dtype; the float32 level
+            # returns float32 (as the converters' files do)
             dtype = (input_dtype if ms.dtype == "input" else ms.dtype)
             elem = _elem_type(np.dtype(dtype))
+            if f32 and elem == TensorProto.DOUBLE:
+                elem = TensorProto.FLOAT
             e.nodes.append(helper.make_node("Cast", [x], [name], name=name, to=elem))
         outputs.append(helper.make_tensor_value_info(name, elem, shape))
 
@@ -174,6 +201,7 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
                               producer_version=__version__)
     model.ir_version = min(model.ir_version, 10)  # what ONNX Runtime 1.17+ reads
     model.doc_string = f"{spec.source}, exported by Peregrine {__version__}"
+    drop_dead_nodes(model)  # e.g. a float32 input's Cast that only forests skipped
     match_constant_ranks(model)  # speed only: the same values (onnx_tune.py)
     drop_output_copies(model)
     onnx.checker.check_model(model, full_check=True)
@@ -282,11 +310,15 @@ def _run_batches(sess: Any, X: np.ndarray, fixed: int) -> list[np.ndarray]:
     return [np.concatenate([p[i] for p in parts])[:len(X)] for i in range(len(parts[0]))]
 
 
-def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = None
-             ) -> tuple[int, dict[str, dict[str, float]]]:
+def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = None,
+             float32: bool = False) -> tuple[int, dict[str, dict[str, float]]]:
     """Run ``model`` in ONNX Runtime and ``compiled`` on the same rows; raise ValidationError
-    where they differ beyond rtol 1e-5 / atol 1e-6 or a label differs."""
+    where they differ beyond rtol 1e-5 / atol 1e-6 or a label differs. ``float32`` (the
+    float32 level): values are measured, not bounded; labels must still be identical and
+    NaN/inf where the compiled model has them (``onnx_float32.float32_mismatch``)."""
     from onnx import TensorProto
+
+    from peregrine.export.onnx_float32 import float32_mismatch
 
     X = validation_rows(compiled) if rows is None else np.asarray(rows, dtype=np.float64)
     X = np.ascontiguousarray(X.reshape(-1, compiled.spec.n_features))
@@ -315,7 +347,8 @@ def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = Non
         if want.dtype.kind in "fc":
             with np.errstate(invalid="ignore"):  # -inf - -inf (a log of 0) is NaN: equal
                 diff = np.abs(have.astype(np.float64) - want.astype(np.float64))
-            bad = ~np.isclose(have, want, rtol=RTOL, atol=ATOL, equal_nan=True)
+            bad = (float32_mismatch(have, want) if float32 else
+                   ~np.isclose(have, want, rtol=RTOL, atol=ATOL, equal_nan=True))
             rel = diff[ok] / np.maximum(np.abs(want[ok]), 1e-300) if ok.any() else diff[ok]
             report[m] = {"max_abs": float(np.max(diff[ok], initial=0.0)),
                          "max_rel": float(np.max(rel, initial=0.0))}
@@ -324,10 +357,12 @@ def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = Non
             report[m] = {"mismatches": int(np.sum(bad))}
         if np.any(bad):
             r = int(np.argwhere(bad.reshape(len(X), -1))[0][0])
+            rule = ("float32 level: labels equal, NaN/inf where the compiled model has them"
+                    if float32 else f"rtol {RTOL}, atol {ATOL}, labels equal")
             raise ValidationError(
                 f"ONNX export of {compiled.spec.source}: {m} differs from the compiled model "
                 f"on {int(np.sum(bad))} value(s), first at row {r}: ONNX Runtime "
-                f"{have[r]!r}, compiled {want[r]!r} (rtol {RTOL}, atol {ATOL}, labels equal)")
+                f"{have[r]!r}, compiled {want[r]!r} ({rule})")
     return len(X), report
 
 
@@ -351,24 +386,34 @@ def _expected(compiled: Any, method: str, X: np.ndarray) -> np.ndarray:
 def export_onnx(compiled: Any, path: str | os.PathLike, *, opset: int | None = None,
                 batch: Any = "dynamic", ml_ops: str = "auto", methods: Any = None,
                 sample: Any = None, validate_rows: bool = True,
-                input_dtype: str = "float64", exact_sums: bool | None = None) -> ExportReport:
+                input_dtype: str | None = None, exact_sums: bool | None = None,
+                precision: Any = "auto") -> ExportReport:
     """Write ``compiled``'s program as an ONNX model at ``path`` after checking it
     (``onnx.checker``) and validating it in ONNX Runtime on ``sample`` (or generated rows).
     ``input_dtype``: "float64" (the default: exact for every source), "float32" (the file
     takes float32 and reproduces the compiled model on float32 arrays) or "auto" (float32
     where the program reads its input only through float32-comparing forests).
+    ``precision``: "auto"/"float64" (``Precision``; the default) write the exact program;
+    "float32" the float32 level: a float32 input, linear models, MLPs, scalers, links in
+    float32 (forests keep exact decisions and double sums), float32 outputs; validation then
+    records the measured error (``ExportReport.deviations``, the file's metadata_props) and
+    requires identical labels (``onnx_float32.py``, docs/export.md).
     ``exact_sums``: True writes every forest's sum in the library's order and precision
     (XGBoost's float32 sum bit for bit; per-class copies of vector-leaf forests), False the
     faster one-traversal forms (docs/export.md: their bounds), None (default) the faster
     forms unless they fail validation, then the exact ones."""
     onnx, _ = _require()
+    from peregrine.export.onnx_float32 import parse_precision
+
+    f32 = parse_precision(precision) is Precision.FLOAT32
     fast = not exact_sums
     model, taken = build_onnx(compiled, opset=opset, batch=batch, ml_ops=ml_ops,
-                              methods=methods, input_dtype=input_dtype, exact_sums=not fast)
+                              methods=methods, input_dtype=input_dtype, exact_sums=not fast,
+                              precision=precision)
     n_rows, deviations = 0, {}
     if validate_rows:
         try:
-            n_rows, deviations = validate(compiled, model, taken, sample)
+            n_rows, deviations = validate(compiled, model, taken, sample, float32=f32)
         except ValidationError:
             if exact_sums is not None:
                 raise
@@ -376,8 +421,10 @@ def export_onnx(compiled: Any, path: str | os.PathLike, *, opset: int | None = N
             # where their bound is not good enough here, the library's own order is written
             model, taken = build_onnx(compiled, opset=opset, batch=batch, ml_ops=ml_ops,
                                       methods=methods, input_dtype=input_dtype,
-                                      exact_sums=True)
-            n_rows, deviations = validate(compiled, model, taken, sample)
+                                      exact_sums=True, precision=precision)
+            n_rows, deviations = validate(compiled, model, taken, sample, float32=f32)
+    level = "float32" if f32 else "exact"
+    _record(model, level, n_rows, deviations)
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
     onnx.save_model(model, tmp)
@@ -385,7 +432,20 @@ def export_onnx(compiled: Any, path: str | os.PathLike, *, opset: int | None = N
     return ExportReport(path=path, inputs=_signature(model.graph.input),
                         outputs=_signature(model.graph.output), methods=taken,
                         opset=model.opset_import[0].version, rows=n_rows,
-                        deviations=deviations)
+                        deviations=deviations, precision=level)
+
+
+def _record(model: Any, level: str, rows: int, deviations: dict[str, dict[str, float]]
+            ) -> None:
+    """The precision level and the validation's measured error in the file's metadata_props
+    (``peregrine.precision``, ``peregrine.validation.<method>``: "max_abs=..;max_rel=.." or
+    "mismatches=0", on ``peregrine.validation_rows`` rows), for whoever deploys it."""
+    from onnx import helper
+
+    props = {"peregrine.precision": level, "peregrine.validation_rows": str(rows)}
+    for m, dev in deviations.items():
+        props[f"peregrine.validation.{m}"] = ";".join(f"{k}={v:.3g}" for k, v in dev.items())
+    helper.set_model_props(model, props)
 
 
 def _signature(values: Any) -> dict[str, tuple[str, list[Any]]]:

@@ -56,6 +56,10 @@ class Emitter:
         # tensors holding -v for their IR node's value v (a Gemm with negated weights feeding
         # the short sigmoid, which needs exp(-v): onnx_ops.lower_linear)
         self.negated: set[str] = set()
+        # the float type lowerings compute in: DOUBLE, or FLOAT while an op is lowered on the
+        # float32 level (export_onnx(precision="float32"): build_onnx narrows its constants)
+        self.working = TensorProto.DOUBLE
+        self._casts: dict[tuple[str, int], str] = {}  # (tensor, to) -> its Cast, made once
         self._count = 0
 
     def fresh(self, hint: str) -> str:
@@ -72,11 +76,12 @@ class Emitter:
         """A graph (an If branch) of the nodes ``build`` emits, its output the tensor it
         returns; its constants join the outer graph's initializers (outer scope)."""
         outer, self.nodes = self.nodes, []
+        casts = dict(self._casts)  # a Cast made inside the branch is not seen outside it
         try:
             out = build()
             nodes = self.nodes
         finally:
-            self.nodes = outer
+            self.nodes, self._casts = outer, casts
         return helper.make_graph(nodes, self.fresh("branch"), [],
                                  [helper.make_tensor_value_info(out, elem_type, None)])
 
@@ -104,9 +109,27 @@ class Emitter:
                                  self.const(np.asarray([1], np.int64))])
 
     def to_double(self, x: str) -> str:
-        if self.dtypes.get(x, TensorProto.DOUBLE) == TensorProto.DOUBLE:
+        return self.cast(x, TensorProto.DOUBLE)
+
+    def to_work(self, x: str) -> str:
+        """``x`` in the float type the current lowering computes in (``working``)."""
+        return self.cast(x, self.working)
+
+    def cast(self, x: str, to: int) -> str:
+        """``x`` as ``to`` (DOUBLE or FLOAT), one Cast per tensor and type however many ops
+        read it; a float32 tensor widened to double is remembered (``narrow``) so that a
+        float32-comparing forest reads the float32 values as they came."""
+        if self.dtypes.get(x, TensorProto.DOUBLE) == to:
             return x
-        return self.op("Cast", [x], to=TensorProto.DOUBLE)
+        key = (x, to)
+        if key not in self._casts:
+            out = self.op("Cast", [x], to=to)
+            self.dtypes[out] = to
+            self.widths[out] = self.widths.get(x)
+            if to == TensorProto.DOUBLE and self.dtypes.get(x) == TensorProto.FLOAT:
+                self.narrow[out] = self.narrow.get(x, x)
+            self._casts[key] = out
+        return self._casts[key]
 
     def refuse(self, node: Any, what: str | None = None) -> None:
         what = what or f"op {node.op.value}"

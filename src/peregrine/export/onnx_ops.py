@@ -124,7 +124,7 @@ def lower_argmax(e: Emitter, n: Any, ins: list[str]) -> str:
 def lower_threshold(e: Emitter, n: Any, ins: list[str]) -> str:
     a = n.attrs
     cmp = "Greater" if a.strict else "GreaterOrEqual"
-    x = e.columns(e.to_double(ins[0]), 0, 1)  # int64 input: a label compared as NumPy does
+    x = e.columns(e.to_work(ins[0]), 0, 1)  # int64 input: a label compared as NumPy does
     hit = e.op(cmp, [x, e.const(np.asarray(float(a.value)))])
     return e.op("Cast", [hit], to=TensorProto.INT64)
 
@@ -164,7 +164,7 @@ def lower_select(e: Emitter, n: Any, ins: list[str]) -> str:
 
 @lowering(Op.CONCAT)
 def lower_concat(e: Emitter, n: Any, ins: list[str]) -> str:
-    return e.op("Concat", [e.to_double(i) for i in ins], axis=1)
+    return e.op("Concat", [e.to_work(i) for i in ins], axis=1)
 
 
 @lowering(Op.CENTER_SCALE)
@@ -390,9 +390,9 @@ def lower_category_map(e: Emitter, n: Any, ins: list[str]) -> str:
 @lowering(Op.WEIGHTED_SUM)
 def lower_weighted_sum(e: Emitter, n: Any, ins: list[str]) -> str:
     w = [float(v) for v in np.asarray(n.attrs.weights, np.float64).reshape(-1)]
-    acc = e.op("Mul", [e.to_double(ins[0]), e.const(np.asarray(w[0]))])
+    acc = e.op("Mul", [e.to_work(ins[0]), e.const(np.asarray(w[0]))])
     for x, wi in zip(ins[1:], w[1:]):  # (((x0 * w0) + x1 * w1) + ...), the rule's order
-        acc = e.op("Add", [acc, e.op("Mul", [e.to_double(x), e.const(np.asarray(wi))])])
+        acc = e.op("Add", [acc, e.op("Mul", [e.to_work(x), e.const(np.asarray(wi))])])
     return e.op("Div", [acc, e.const(np.asarray(float(n.attrs.divisor)))])
 
 

@@ -1,4 +1,5 @@
-"""Rewrites of the finished ONNX graph that change ONNX Runtime's speed, never a value.
+"""Rewrites of the finished ONNX graph that change ONNX Runtime's speed, never a value
+(``match_constant_ranks``, ``drop_output_copies``, ``drop_dead_nodes``).
 
 ``match_constant_ranks``: ONNX Runtime's CPU broadcasting takes a slow path (an inner loop
 per row) when a constant has fewer dimensions than the tensor it meets: measured on 100K
@@ -127,3 +128,22 @@ def _in_subgraph(nodes: Any, name: str) -> bool:
             if any(name in _used_names(g.node) | {o.name for o in g.output} for g in graphs):
                 return True
     return False
+
+
+def drop_dead_nodes(model: Any) -> None:
+    """Nodes whose outputs nothing reads (no node, subgraph or graph output) are removed,
+    repeatedly, and constants nobody reads after that: e.g. the Cast of a float32 input to
+    double where only float32-comparing forests read the input. ONNX Runtime would run them."""
+    graph = model.graph
+    outputs = {o.name for o in graph.output}
+    while True:
+        used = _used_names(graph.node) | outputs
+        dead = [n for n in graph.node if not any(o in used for o in n.output)]
+        if not dead:
+            break
+        for n in dead:
+            graph.node.remove(n)
+    used = _used_names(graph.node) | outputs
+    keep = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)

@@ -170,10 +170,11 @@ class CompiledModel:
 
     def export_onnx(self, path: str | os.PathLike, *, opset: int | None = None,
                     batch: int | str = "dynamic", ml_ops: str = "auto",
-                    sample: Any = None, input_dtype: str = "float64") -> Any:
+                    sample: Any = None, input_dtype: str | None = None,
+                    precision: Any = "auto") -> Any:
         """Write this program as an ONNX model (input ``X`` float64, or ``input_dtype``
-        "float32"/"auto": docs/export.md; outputs ``label`` and
-        ``probabilities`` for classifiers, ``variable`` otherwise), checked with
+        "float32"/"auto"; ``precision="float32"``: the float32 level; docs/export.md; outputs
+        ``label`` and ``probabilities`` for classifiers, ``variable`` otherwise), checked with
         ``onnx.checker`` and validated in ONNX Runtime against this model on ``sample`` (or
         generated rows, NaN included where the source accepts it); a difference raises
         ``ValidationError``, an op ONNX cannot express ``UnsupportedModelError``. Returns an
@@ -181,7 +182,7 @@ class CompiledModel:
         from peregrine.export import export_onnx  # lazy: export sits above runtime
 
         return export_onnx(self, path, opset=opset, batch=batch, ml_ops=ml_ops, sample=sample,
-                           input_dtype=input_dtype)
+                           input_dtype=input_dtype, precision=precision)
 
     def export_library(self, path: str | os.PathLike, *, target: str = "x86_64-linux-gnu",
                        cpu: str | None = None, prefix: str = "peregrine", methods: Any = None,
