@@ -90,9 +90,15 @@ def test_unsupported_container(compiled):
 
 
 def test_sparse_input(compiled):
+    """CSR/CSC/COO are read (tests/test_sparse_inputs.py); other formats and a wrong width
+    are InputErrors."""
     sp = pytest.importorskip("scipy.sparse")
-    with pytest.raises(InputError, match="sparse"):
-        compiled.predict(sp.csr_matrix(np.zeros((2, 4))))
+    with pytest.raises(InputError, match="LIL format"):
+        compiled.predict(sp.lil_matrix(np.zeros((2, 4))))
+    with pytest.raises(InputError, match="input has 3 features"):
+        compiled.predict(sp.csr_matrix(np.zeros((2, 3))))
+    np.testing.assert_array_equal(compiled.predict(sp.csr_matrix(np.zeros((2, 4)))),
+                                  compiled.predict(np.zeros((2, 4))))
 
 
 def test_dataframe_missing_and_unknown_columns(compiled, frame_model):

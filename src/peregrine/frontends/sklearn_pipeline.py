@@ -58,8 +58,12 @@ def model_spec(model: Any, build_head, n_features: int | None = None) -> ModelSp
     check = ctx.check_node()
     if check is not None:
         outputs[INPUT_ERRORS] = check
+    graph = g.build(outputs)
+    sparse_absent = ctx.sparse_absent
+    if sparse_absent == "nan" and sum(x in n.inputs for n in graph.nodes) != ctx.sparse_readers:
+        sparse_absent = "refuse"  # other steps read the raw input too, with the rule of 0
     return ModelSpec(
-        graph=g.build(outputs),
+        graph=graph,
         methods=head.methods,
         n_features=int(n),
         source=qualified_name(model),
@@ -69,6 +73,7 @@ def model_spec(model: Any, build_head, n_features: int | None = None) -> ModelSp
         category_maps={j: tuple(v.values) for j, v in sorted(ctx.vocabs.items())},
         category_unknown_error=frozenset(ctx.unknown_error),
         input_checks=tuple(w for _, ws in ctx.checks for w in ws),
+        sparse_absent=sparse_absent,
         versions={"sklearn": sklearn_version},
     )
 

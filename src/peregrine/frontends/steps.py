@@ -63,6 +63,10 @@ class Context:
     # (MethodSpec.sparse): its step computes the dense equivalent; elsewhere a step whose
     # sparse output the next step would read differently refuses it
     sparse_last: Any = None
+    # ModelSpec.sparse_absent of the whole model: a spliced model's own rule when it reads the
+    # raw input, "refuse" when a step in front of it may or may not keep a sparse matrix sparse
+    sparse_absent: str = "zero"
+    sparse_readers: int = 0  # readers of the input that spliced model brought
 
     def add_check(self, node: str, what: list[tuple[str, int]]) -> None:
         self.checks.append((node, tuple(what)))
@@ -211,6 +215,12 @@ def splice_frontend(est: Any, ctx: Context, flow: Flow) -> Head:
     check_no_strings(est, ctx, flow)
     if not spec.allow_nan:
         ctx.reject_nan(flow)
+    if spec.sparse_absent != "zero":  # XGBoost: absent entries of a sparse input are missing
+        # its rule holds when it alone reads the raw input (model_spec counts the readers)
+        raw = ctx.g.node(flow.node).op is Op.INPUT and ctx.sparse_absent == "zero"
+        ctx.sparse_absent = spec.sparse_absent if raw else "refuse"
+        x = next(n.name for n in spec.graph.nodes if n.op is Op.INPUT)
+        ctx.sparse_readers = sum(x in n.inputs for n in spec.graph.nodes)
     names = ctx.g.splice(spec.graph, flow.node)
     outputs = {m: names[ms.output] for m, ms in spec.methods.items()}
     methods = {m: replace(ms, output=m) for m, ms in spec.methods.items()}

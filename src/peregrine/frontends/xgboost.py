@@ -287,7 +287,9 @@ def _spec(model: Any, parsed: Parsed, graph, methods, *, allow_inf: bool) -> Mod
         graph=graph, methods=methods, n_features=parsed.n_features,
         source=qualified_name(model), feature_names=parsed.feature_names,
         allow_nan=True, allow_inf=allow_inf, category_maps=parsed.category_maps,
-        versions={"xgboost": xgboost.__version__},
+        # a DMatrix built from CSR/CSC/COO stores only the present entries: absent ones are
+        # missing (default direction), not 0 (docs/sparse.md)
+        sparse_absent="nan", versions={"xgboost": xgboost.__version__},
     )
 
 

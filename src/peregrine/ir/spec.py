@@ -14,6 +14,12 @@ from peregrine.ir.graph import Graph
 from peregrine.ir.semantics.text import TextSpec
 
 INPUT_ERRORS = "input_errors"  # graph output checked by the runtime (ModelSpec.input_checks)
+# ModelSpec.sparse_absent: how an entry absent from a scipy.sparse input reads
+# (runtime/sparse.py, docs/sparse.md). "zero": scikit-learn, LightGBM, CatBoost; "nan": XGBoost
+# (a DMatrix from CSR/CSC treats absent entries as missing); "refuse": the source's answer
+# depends on which steps keep the matrix sparse (a pipeline whose later XGBoost step would read
+# a sparsity-preserving transformer's output): sparse input is an InputError
+SPARSE_ABSENT = ("zero", "nan", "refuse")
 METHOD_NAMES = ("predict", "predict_proba", "predict_log_proba", "decision_function",
                 "transform", "score_samples")
 
@@ -71,3 +77,9 @@ class ModelSpec:
     # the graph reads (n_features wide), or, with no graph work (TextSpec.width None), into
     # the sparse matrix the transform returns (ir/semantics/text.py, runtime/text.py)
     text: TextSpec | None = None
+    sparse_absent: str = "zero"  # SPARSE_ABSENT: the source's rule for absent sparse entries
+
+    def __post_init__(self) -> None:
+        if self.sparse_absent not in SPARSE_ABSENT:
+            raise ValueError(f"sparse_absent {self.sparse_absent!r} is not one of "
+                             f"{SPARSE_ABSENT}")

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 
 from peregrine.errors import ArtifactError
-from peregrine.ir import Forest, Graph, Link, Node, Op, verify
+from peregrine.ir import Comparison, Forest, Graph, Link, Node, Op, verify
 from peregrine.ir.semantics.text import TextSpec
-from peregrine.ir.spec import MethodSpec, ModelSpec
+from peregrine.ir.spec import SPARSE_ABSENT, MethodSpec, ModelSpec
 from peregrine.runtime.cat_hash import HASH_RULES
 
 FORMAT = "peregrine-artifact"
@@ -153,6 +153,7 @@ def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
             "hash_columns": [[k, v] for k, v in sorted(spec.hash_columns.items())],
             "input_checks": [[m, c] for m, c in spec.input_checks],
             "int_input_dtype": spec.int_input_dtype,
+            "sparse_absent": spec.sparse_absent,
             "versions": spec.versions,
             "text": None if spec.text is None else w.value(_text_state(spec.text)),
         },
@@ -267,6 +268,7 @@ def _spec_from_json(d: dict[str, Any], r: _Reader) -> ModelSpec:
         int_input_dtype=_int_dtype(d.get("int_input_dtype", "float64")),
         hash_columns={int(k): _hash_rule(v) for k, v in d.get("hash_columns", ())},
         versions=dict(d.get("versions", {})),
+        sparse_absent=_sparse_rule(d.get("sparse_absent") or _old_sparse_rule(d, graph)),
         text=_text_from(d.get("text"), r),
     )
 
@@ -287,6 +289,23 @@ def _text_from(d: Any, r: _Reader) -> TextSpec | None:
 def _hash_rule(value: Any) -> str:
     if value not in HASH_RULES:
         raise ArtifactError(f"artifact's hashing rule {value!r} is not one of {HASH_RULES}")
+    return str(value)
+
+
+def _old_sparse_rule(d: dict[str, Any], graph: Graph) -> str:
+    """The rule of an artifact written before ModelSpec.sparse_absent: XGBoost's own models
+    read absent entries as missing; another model holding a forest that compares with ``<``
+    (an XGBoost step in a pipeline, perhaps) refuses sparse input; the rest read 0."""
+    if str(d["source"]).startswith("xgboost."):
+        return "nan"
+    strict = any(n.op is Op.TREE_ENSEMBLE and n.attrs.forest.comparison is Comparison.LT
+                 for n in graph.nodes)
+    return "refuse" if strict else "zero"
+
+
+def _sparse_rule(value: Any) -> str:
+    if value not in SPARSE_ABSENT:
+        raise ArtifactError(f"artifact's sparse_absent {value!r} is not one of {SPARSE_ABSENT}")
     return str(value)
 
 

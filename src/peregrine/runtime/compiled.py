@@ -8,6 +8,7 @@ import json
 import math
 import os
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -50,9 +51,10 @@ class _Method:
         call.__name__ = name
         call.__doc__ = self.__doc__
         # cached on the instance (this descriptor defines no __set__, so the instance dict wins
-        # on the next lookup): no new closure per ``model.predict`` attribute access
-        obj.__dict__[name] = call
-        return call
+        # on the next lookup): no new closure per ``model.predict`` attribute access; where the
+        # backend offers it, a builtin doing call's online case in machine code instead
+        method = obj.__dict__[name] = obj._entry(name, call, self.__doc__) or call
+        return method
 
 
 _FLOAT_NUMS = frozenset({np.dtype(np.float32).num, np.dtype(np.float64).num})
@@ -151,6 +153,8 @@ class CompiledModel:
         self._exec = self._exec.to(device)
         self._device = device
         self._fast.clear()
+        for name in METHOD_NAMES:  # cached bound methods (native entries) of the old device
+            self.__dict__.pop(name, None)
         return self
 
     def save(self, path: str | os.PathLike) -> str:
@@ -206,6 +210,17 @@ class CompiledModel:
                 f"device={self._device!r}, methods={list(self.methods)})")
 
     # ---------------------------------------------------------------------- internals --
+    def _entry(self, name: str, call: Any, doc: str) -> Any:
+        """The method as a builtin that runs ``call``'s online case (one row to a few, the
+        checks included) in machine code and hands every other input to ``call``: the
+        backend's ``native`` hook on the fast path (native backend: kernels/pyentry.py), or
+        None."""
+        fast = self._fast.get(name)
+        if fast is None:
+            fast = self._fast[name] = self._fast_path(name)
+        make = getattr(fast, "native", None)
+        return None if make is None else make(call, name=name, doc=doc)
+
     def _fast_path(self, name: str) -> Any:
         """``X -> result`` for an input ``prepare_input`` would pass through unchanged (a 2-D
         float32/float64 array of the right width, the caller checks that): what ``_call`` does,
@@ -218,6 +233,11 @@ class CompiledModel:
         if run is None:
             return False
         fast = self._finish(method, run)
+        native = getattr(run, "native", None)
+        if native is not None and fast is not run:  # labels, casts: after the builtin's run
+            inner = native(run)
+            fast = fast if inner is None else self._finish(method, inner)
+            native = None
         generic = self._call
         if getattr(run, "checks_finite", False):
             # the kernel checked as it read the rows: no separate pass over the input
@@ -229,12 +249,18 @@ class CompiledModel:
 
             return checked
         if not self.options.validate_input or (spec.allow_nan and spec.allow_inf):
-            return fast
+            return fast  # (run itself when it has ``native``: ``_entry`` finds it there)
         # the source rejects NaN or infinity: a finite sum proves the input holds neither
         # (one reduction, ~0.5 us a row); anything else (a NaN the model accepts, an overflowing
         # sum, a value to reject) takes the generic path, which checks and says where
         total, finite = np.add.reduce, math.isfinite
-        return lambda X: fast(X) if finite(total(X, None)) else generic(name, X)
+
+        def check(X: np.ndarray) -> np.ndarray:
+            return fast(X) if finite(total(X, None)) else generic(name, X)
+
+        if native is not None:  # the builtin sees each value as it copies it
+            check.native = partial(native, finite_only=True)
+        return check
 
     @staticmethod
     def _finish(method: Any, run: Any) -> Any:
@@ -262,6 +288,8 @@ class CompiledModel:
             from peregrine.runtime.text import text_matrix  # a vectorizer alone: S is the answer
 
             return text_matrix(X, self.spec)
+        if self.spec.text is None and is_sparse(X):  # scipy.sparse: blocks of rows, or the
+            return call_sparse(self, name, X)       # sparse linear path (runtime/sparse.py)
         keep_tensor = getattr(self._exec, "accepts_tensors", False)
         arr = prepare_input(X, self.spec, keep_tensor=keep_tensor,
                             check=self.options.validate_input)
@@ -345,3 +373,4 @@ def build(spec: ModelSpec, backend: str, options: CompileOptions, device: str,
 
 
 from peregrine.runtime.inputs import prepare_input  # noqa: E402  (after CompiledModel: no cycle)
+from peregrine.runtime.sparse import call_sparse, is_sparse  # noqa: E402

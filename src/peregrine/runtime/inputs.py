@@ -1,5 +1,5 @@
-"""Input normalisation at the runtime boundary: numpy, pandas and torch inputs become one 2-D
-float array (or a torch tensor for tensor backends), checked against the model's contract.
+"""Input normalisation at the runtime boundary: numpy, pandas, scipy.sparse and torch inputs
+become one 2-D float array (or a torch tensor for tensor backends), checked against the model's contract.
 Every rejection is an InputError that says what and where."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from peregrine.errors import InputError
 from peregrine.ir.spec import ModelSpec
 from peregrine.runtime.cat_hash import hash_column
 from peregrine.runtime.categories import category_codes
+from peregrine.runtime.sparse import densify, is_sparse
 
 
 def _is_dataframe(X: Any) -> bool:
@@ -30,7 +31,8 @@ def prepare_input(X: Any, spec: ModelSpec, *, keep_tensor: bool = False, check: 
     if spec.text is not None:  # documents -> the dense matrix the graph reads (runtime/text.py)
         from peregrine.runtime.text import text_input
 
-        return text_input(X, spec)
+        # a ColumnTransformer's table: its other columns come back through this function
+        return text_input(X, spec, lambda T, s: prepare_input(T, s, check=check))
     if _is_tensor(X):
         return _from_tensor(X, spec, keep_tensor, check)
     if _is_dataframe(X):
@@ -41,9 +43,9 @@ def prepare_input(X: Any, spec: ModelSpec, *, keep_tensor: bool = False, check: 
                 X = np.asarray(X)
             except ValueError as exc:
                 raise InputError(f"input is a ragged sequence: {exc}") from exc
+        if is_sparse(X):  # the source's rule for absent entries (runtime/sparse.py)
+            X = densify(X, spec, check=check)
         if not isinstance(X, np.ndarray):
-            if hasattr(X, "toarray") or hasattr(X, "tocsr"):
-                raise InputError("sparse matrices are not supported; pass a dense array")
             raise InputError(
                 f"unsupported input type {type(X).__name__}; pass a numpy array, pandas "
                 "DataFrame or torch tensor"
