@@ -31,6 +31,7 @@ _MODULES = (
     ("peregrine.frontends.sklearn_decomposition", "sklearn"),  # transformers area
     ("peregrine.frontends.sklearn_meta", "sklearn"),
     ("peregrine.frontends.sklearn_text", "sklearn"),
+    ("peregrine.frontends.sklearn_text_columns", "sklearn"),
     ("peregrine.frontends.xgboost", "xgboost"),
     ("peregrine.frontends.lightgbm", "lightgbm"),
     ("peregrine.frontends.catboost", "catboost"),

@@ -304,6 +304,53 @@ def text_matrix(X: Any, spec: Any) -> Any:
     return runner(spec.text).matrix(documents(X))
 
 
-def text_input(X: Any, spec: Any) -> np.ndarray:
-    """A text model's documents as the dense (n, n_features) matrix its graph reads."""
-    return runner(spec.text).dense(documents(X))
+def text_input(X: Any, spec: Any, prepare: Any = None) -> np.ndarray:
+    """A text model's documents as the dense (n, n_features) matrix its graph reads; for a
+    table (``TextSpec.frame_width``: a ColumnTransformer's text column) its other columns
+    through ``prepare`` (inputs.prepare_input: the ordinary input path, passed in so this
+    module does not import it back), then the boundary's columns."""
+    text = spec.text
+    if not text.frame_width:
+        return runner(text).dense(documents(X))
+    from dataclasses import replace
+
+    docs, rest = _text_column(X, spec)
+    arr = prepare(rest, replace(spec, text=None, n_features=text.frame_width))
+    dense = runner(text).dense(documents(docs))
+    return np.hstack([arr, dense]) if arr.dtype == np.float64 else \
+        np.hstack([arr.astype(np.float64), dense])
+
+
+def _text_column(X: Any, spec: Any) -> tuple[Any, Any]:
+    """(the documents, the table with a placeholder 0 in their place) of a DataFrame (the
+    column by name when the model knows its names) or a 2-D numpy array."""
+    text = spec.text
+    pd = sys.modules.get("pandas")
+    if pd is not None and isinstance(X, pd.DataFrame):
+        if spec.feature_names is not None:
+            name = spec.feature_names[text.column]
+            if name not in X.columns:
+                raise InputError(f"DataFrame has no column {name!r} (the text column)")
+        elif X.shape[1] != text.frame_width:
+            raise InputError(f"input has {X.shape[1]} columns, but the model expects "
+                             f"{text.frame_width}")
+        else:
+            name = X.columns[text.column]
+        docs = X[name]
+        if not isinstance(docs, pd.Series):
+            raise InputError(f"DataFrame has duplicate columns named {name!r}")
+        rest = X.copy(deep=False)
+        rest[name] = 0.0  # the graph never reads it
+        for c in text.unread:  # nor the columns the ColumnTransformer drops
+            rest[spec.feature_names[c] if spec.feature_names is not None else
+                 X.columns[c]] = 0.0
+        return docs, rest
+    if isinstance(X, np.ndarray) and X.ndim == 2:
+        if X.shape[1] != text.frame_width:
+            raise InputError(f"input has {X.shape[1]} columns, but the model expects "
+                             f"{text.frame_width}")
+        rest = X.copy()
+        rest[:, [text.column, *text.unread]] = 0
+        return X[:, text.column], rest
+    raise InputError(f"{spec.source} reads a table (a DataFrame, or a 2-D numpy array) whose "
+                     f"column {text.column} holds the documents; got {type(X).__name__}")

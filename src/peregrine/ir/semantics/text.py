@@ -75,6 +75,13 @@ class TextSpec:
     columns: np.ndarray | None = None
     binarize: float | None = None  # BernoulliNB's binarize on S before the projection
     column: int = 0  # the input column holding the documents (a DataFrame's, by position)
+    # 0: the input is the documents alone. > 0: the input is a table this wide (a
+    # ColumnTransformer's, docs/text.md "A text column in a ColumnTransformer"): ``column``
+    # holds the documents, the other columns take the ordinary input path, and the graph reads
+    # those ``frame_width`` columns (the text column a placeholder 0) followed by this
+    # boundary's ``width`` columns
+    frame_width: int = 0
+    unread: tuple[int, ...] = ()  # table columns nothing reads (dropped): placeholders too
     strip_accents: str = ""  # after lower(): NFKD, then drop non-ASCII / combining marks
 
     def __post_init__(self) -> None:
@@ -94,6 +101,9 @@ class TextSpec:
             raise ValueError("text: idf has the wrong length")
         if self.projection is not None and np.shape(self.projection)[0] != self.n_features:
             raise ValueError("text: projection has the wrong number of rows")
+        if self.frame_width and not 0 <= self.column < self.frame_width:
+            raise ValueError(f"text: column {self.column} outside a table of "
+                             f"{self.frame_width}")
         if self.columns is not None:
             cols = np.asarray(self.columns)
             if cols.size and (cols.min() < 0 or cols.max() >= self.n_features):
@@ -116,7 +126,8 @@ class TextSpec:
                 "binary": self.binary, "sublinear_tf": self.sublinear_tf, "norm": self.norm,
                 "hashing": self.hashing, "alternate_sign": self.alternate_sign,
                 "dtype": self.dtype, "column": self.column, "binarize": self.binarize,
-                "strip_accents": self.strip_accents}
+                "strip_accents": self.strip_accents, "frame_width": self.frame_width,
+                "unread": list(self.unread)}
         arrays = {"vocabulary": np.asarray(self.vocabulary, dtype=str)}
         for key in ("idf", "projection", "columns"):
             if getattr(self, key) is not None:
@@ -137,5 +148,7 @@ class TextSpec:
                    dtype=str(meta["dtype"]), column=int(meta["column"]),
                    binarize=None if meta.get("binarize") is None else float(meta["binarize"]),
                    strip_accents=str(meta.get("strip_accents", "")),
+                   frame_width=int(meta.get("frame_width", 0)),
+                   unread=tuple(int(c) for c in meta.get("unread", ())),
                    idf=arrays.get("idf"), projection=arrays.get("projection"),
                    columns=arrays.get("columns"))

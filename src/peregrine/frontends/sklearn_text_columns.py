@@ -1,0 +1,266 @@
+"""A text column inside a ColumnTransformer: ``Pipeline([ColumnTransformer([("txt",
+TfidfVectorizer(), "review"), ("num", StandardScaler(), [...]), ("cat", OneHotEncoder(), [...])]),
+head])`` on a DataFrame (docs/text.md, "A text column in a ColumnTransformer").
+
+The vectorizer becomes the program's text boundary (``TextSpec.frame_width``: the input is a
+table, the documents in one column), as in ``sklearn_text.py``; the other blocks are converted
+as usual. The pipeline is converted on an input as wide as the table plus the vocabulary (the
+text block a SELECT of those vocabulary columns), then ``_split_block`` takes the text block
+out of the hstack the head reads:
+
+* linear heads: ``hstack([S, N]) @ W + b`` is ``(S @ W_text + N @ W_rest) + b``. The boundary
+  computes ``S @ W_text`` exactly as scipy's csr product does for the text columns, which come
+  first in the row when the text block is the first block (the usual layout); the graph adds
+  ``N @ W_rest``, then the bias. scikit-learn's csr_matvecs continues the same running sum over
+  the numeric entries; the graph sums them apart and adds once, so the two differ only by the
+  rounding of the numeric block's partial sum (docs/text.md states and tests the bound).
+* tree heads: the vocabulary columns the splits read are gathered (exact), and the forests'
+  feature indices renumbered around the narrower block.
+
+The (rows x vocabulary) matrix is never dense. Anything else reading the hstack (a scaler, an
+SVD, a kernel) would need it dense and is refused with UnsupportedModelError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+from sklearn import __version__ as sklearn_version
+from sklearn.compose import ColumnTransformer
+from sklearn.feature_extraction.text import TfidfTransformer
+from sklearn.pipeline import Pipeline
+
+from peregrine.errors import UnsupportedModelError
+from peregrine.frontends.base import (
+    qualified_name,
+    require_fitted,
+    sklearn_feature_names,
+    unsupported,
+)
+from peregrine.frontends.sklearn_pipeline import SOURCES, _pipeline_head, model_spec
+from peregrine.frontends.sklearn_text import VECTORIZERS, text_spec
+from peregrine.frontends.steps import (
+    Context,
+    Flow,
+    concat,
+    convert_head,
+    convert_step,
+    select,
+    weighted,
+)
+from peregrine.ir import Graph, GraphBuilder, Node, Op, verify
+from peregrine.ir.semantics import DEFS
+from peregrine.ir.semantics.text import TextSpec
+from peregrine.ir.spec import INPUT_ERRORS, ModelSpec
+
+
+def _text_transformer(trans: Any) -> tuple[Any, Any] | None:
+    """(vectorizer, TfidfTransformer or None) when ``trans`` is a text block: a vectorizer, or
+    a Pipeline of a vectorizer and a TfidfTransformer; None otherwise."""
+    if isinstance(trans, VECTORIZERS):
+        return trans, None
+    if isinstance(trans, Pipeline):
+        steps = [e for _, e in trans.steps if not (e is None or e == "passthrough")]
+        if steps and isinstance(steps[0], VECTORIZERS):
+            if len(steps) == 2 and isinstance(steps[1], TfidfTransformer):
+                return steps[0], steps[1]
+            if len(steps) > 1:
+                raise unsupported(trans, "steps other than a TfidfTransformer after a text "
+                                  "vectorizer inside a ColumnTransformer")
+            return steps[0], None
+    return None
+
+
+def _text_blocks(ct: ColumnTransformer) -> list[tuple[str, TextSpec]]:
+    """(name, TextSpec with its input column) of each text block of a fitted ``ct``."""
+    require_fitted(ct, "transformers_", "n_features_in_")
+    indices = ct._transformer_to_input_indices  # fitted name -> input column indices
+    blocks = []
+    for name, trans, columns in ct.transformers_:
+        found = None if isinstance(trans, str) else _text_transformer(trans)
+        if found is None:
+            continue
+        cols = list(indices.get(name, []))
+        if not isinstance(columns, (str, int, np.integer)) or len(cols) != 1:
+            raise unsupported(ct, f"text block {name!r} on columns {columns!r}",
+                              "one column named by a str or an int (the vectorizer reads "
+                              "1-D documents)")
+        spec = text_spec(*found)
+        blocks.append((name, dataclasses.replace(spec, column=int(cols[0]),
+                                                 frame_width=int(ct.n_features_in_))))
+    read = {int(c) for name, trans, _ in ct.transformers_
+            if not (isinstance(trans, str) and trans == "drop") for c in indices.get(name, [])}
+    unread = tuple(c for c in range(int(ct.n_features_in_)) if c not in read)
+    return [(name, dataclasses.replace(spec, unread=unread)) for name, spec in blocks]
+
+
+@SOURCES.register(ColumnTransformer, library="scikit-learn", methods=(), notes="")
+def convert_column_pipeline(model: Pipeline) -> ModelSpec:
+    """A Pipeline starting with a ColumnTransformer: the ordinary conversion unless a block is
+    a text vectorizer."""
+    ct = model.steps[0][1]
+    blocks = _text_blocks(ct)
+    if not blocks:
+        return model_spec(model, lambda ctx, flow: _pipeline_head(model, ctx, flow))
+    if len(blocks) > 1:
+        raise unsupported(ct, f"{len(blocks)} text columns ({', '.join(n for n, _ in blocks)})",
+                          "one text column")
+    name, text = blocks[0]
+    n_in, vocab = int(ct.n_features_in_), text.n_features
+    g = GraphBuilder()
+    x = g.input(n_in + vocab)
+    ctx = Context(g)
+    flow = Flow(x, tuple(range(n_in)) + (None,) * vocab)
+    parts, block = [], ""
+    indices = ct._transformer_to_input_indices
+    weights = ct.transformer_weights or {}
+    for tname, trans, _columns in ct.transformers_:
+        if isinstance(trans, str) and trans == "drop":
+            continue
+        if tname == name:
+            if weights.get(tname) is not None:
+                raise unsupported(ct, f"a transformer weight on text block {tname!r}")
+            part = select(ctx, flow, np.arange(n_in, n_in + vocab))
+            block = part.node
+            parts.append(dataclasses.replace(part, nan=False, keeps_dtype=False))
+            continue
+        cols = np.asarray(indices.get(tname, []), dtype=np.int64)
+        if cols.size == 0:  # sklearn skips empty selections
+            continue
+        part = convert_step(trans, ctx, select(ctx, flow, cols))
+        parts.append(weighted(ct, ctx, part, weights.get(tname)))
+    out = concat(ctx, parts)
+    n_out = getattr(ct, "_n_features_out", None)
+    if n_out is not None and int(n_out) != out.width:
+        raise unsupported(ct, f"output width {n_out} (converted {out.width})")
+    steps = [e for _, e in model.steps[1:]]
+    for est in steps[:-1]:
+        out = convert_step(est, ctx, out)
+    if not steps or steps[-1] is None or steps[-1] == "passthrough":
+        raise unsupported(model, "a ColumnTransformer with a text column ending the pipeline",
+                          "a model after it (its output would be a sparse hstack)")
+    try:
+        head = convert_head(steps[-1], ctx, out)
+    except (TypeError, ValueError) as exc:  # fitted state kept sparse (KNN's _fit_X...)
+        raise UnsupportedModelError(
+            f"{qualified_name(steps[-1])} after a ColumnTransformer with a text column: its "
+            f"fitted state could not be read as dense ({exc})") from exc
+    outputs = dict(head.outputs)
+    check = ctx.check_node()
+    if check is not None:
+        outputs[INPUT_ERRORS] = check
+    graph, text = _split_block(g.build(outputs), block, text, model)
+    return ModelSpec(
+        graph=graph, methods=head.methods, n_features=n_in + int(text.width),
+        source=qualified_name(model), feature_names=sklearn_feature_names(model),
+        allow_nan=ctx.allow_nan, allow_inf=False,
+        category_maps={j: tuple(v.values) for j, v in sorted(ctx.vocabs.items())},
+        category_unknown_error=frozenset(ctx.unknown_error),
+        input_checks=tuple(w for _, ws in ctx.checks for w in ws), text=text,
+        versions={"sklearn": sklearn_version})
+
+
+def _split_block(graph: Graph, block: str, text: TextSpec,
+                 model: Any) -> tuple[Graph, TextSpec]:
+    """Take the text block (``block``: SELECT of the vocabulary columns) out of the matrix the
+    head reads: the readers of the hstack (or of the block, when it is alone) must all be LINEAR
+    layers (their text rows become the projection) or all tree ensembles (the columns they
+    read are gathered)."""
+    nodes = dict(graph.by_name)
+    n_in = text.frame_width
+    vocab = text.n_features
+    readers = [n for n in graph.nodes if block in n.inputs]
+    hstack, off = None, 0
+    if len(readers) == 1 and readers[0].op is Op.CONCAT:
+        hstack = readers[0]
+        for i in hstack.inputs:
+            if i == block:
+                break
+            off += nodes[i].width
+        readers = [n for n in graph.nodes if hstack.name in n.inputs]
+    matrix = hstack.name if hstack is not None else block
+    width = nodes[matrix].width
+    if matrix in graph.outputs.values() or not readers:
+        raise unsupported(model, "the text block's hstack as an output")
+    text_rows = np.arange(off, off + vocab)
+    if all(n.op is Op.LINEAR for n in readers):
+        proj, at = [], 0
+        rest_inputs = tuple(i for i in hstack.inputs if i != block) if hstack else ()
+        if rest_inputs and len(rest_inputs) > 1:
+            nodes[hstack.name] = _node(hstack.name, Op.CONCAT, rest_inputs,
+                                       width - vocab, float32=hstack.attrs.float32)
+            rest = hstack.name
+        else:
+            rest = rest_inputs[0] if rest_inputs else None
+            if hstack is not None:
+                del nodes[hstack.name]
+        for n in readers:
+            w = np.asarray(n.attrs.weight, np.float64)
+            k = w.shape[1]
+            proj.append(w[text_rows])
+            cols = f"{n.name}_text"
+            nodes[cols] = _node(cols, Op.SELECT, ("X",), k,
+                                columns=np.arange(n_in + at, n_in + at + k, dtype=np.int64))
+            at += k
+            total = cols
+            if rest is not None:
+                # (S @ W_text) + (N @ W_rest), then the bias, as sklearn's running sum ends
+                part = f"{n.name}_rest"
+                nodes[part] = _node(part, Op.LINEAR, (rest,), k,
+                                    weight=np.delete(w, text_rows, axis=0), bias=np.zeros(k))
+                total = f"{n.name}_sum"
+                nodes[total] = _node(total, Op.WEIGHTED_SUM, (cols, part), k,
+                                     weights=np.ones(2))
+            bias = np.broadcast_to(np.asarray(n.attrs.bias, np.float64), (k,)).copy()
+            nodes[n.name] = _node(n.name, Op.AFFINE, (total,), k, scale=1.0, shift=bias)
+        text = dataclasses.replace(text, projection=np.hstack(proj))
+        new_width = at
+    elif all(n.op is Op.TREE_ENSEMBLE for n in readers):
+        feats = np.concatenate([n.attrs.forest.feature for n in readers])
+        inside = feats[(feats >= off) & (feats < off + vocab)] - off
+        used = np.unique(inside).astype(np.int64)
+        cols = used if used.size else np.zeros(1, dtype=np.int64)
+        new_width = int(cols.size)
+        if hstack is not None:
+            nodes[hstack.name] = dataclasses.replace(hstack, width=width - vocab + new_width)
+        for n in readers:
+            f = n.attrs.forest
+            feature = f.feature.copy()
+            text_f = (feature >= off) & (feature < off + vocab)
+            after = feature >= off + vocab
+            feature[text_f] = off + np.searchsorted(cols, feature[text_f] - off)
+            feature[after] += new_width - vocab
+            forest = dataclasses.replace(f, feature=feature.astype(f.feature.dtype),
+                                         n_features=width - vocab + new_width)
+            nodes[n.name] = dataclasses.replace(
+                n, attrs=dataclasses.replace(n.attrs, forest=forest))
+        text = dataclasses.replace(text, columns=cols)
+    else:
+        ops = sorted({n.op.name for n in readers})
+        raise UnsupportedModelError(
+            f"{qualified_name(model)}: after a ColumnTransformer with a text column the "
+            "hstacked matrix may be read only by linear layers or tree ensembles, not "
+            f"{', '.join(ops)} (its {vocab} vocabulary columns would have to be dense)")
+    if text.columns is None:
+        nodes.pop(block, None)  # the projection replaced it
+    else:
+        nodes[block] = _node(block, Op.SELECT, ("X",), new_width,
+                             columns=np.arange(n_in, n_in + new_width, dtype=np.int64))
+    old_x = next(n for n in graph.nodes if n.op is Op.INPUT)
+    nodes.pop(old_x.name)
+    nodes = {k: (dataclasses.replace(v, inputs=tuple("X" if i == old_x.name else i
+                                                     for i in v.inputs)))
+             for k, v in nodes.items()}
+    nodes["X"] = Node("X", Op.INPUT, (), {}, "float64", n_in + new_width)
+    needed = Graph(tuple(nodes[k] for k in ["X"] + [k for k in nodes if k != "X"]),
+                   dict(graph.outputs))
+    out = Graph(tuple(needed.toposort()), dict(graph.outputs))
+    verify(out)
+    return out, text
+
+
+def _node(name: str, op: Op, inputs: tuple[str, ...], width: int, **attrs: Any) -> Node:
+    typed = DEFS[op].of(attrs)
+    return Node(name, op, inputs, typed, typed.OUT_DTYPE, width)
