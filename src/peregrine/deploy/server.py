@@ -1,6 +1,6 @@
 """Run the app under uvicorn: bind (loopback unless told otherwise), one or N worker processes,
 graceful shutdown on SIGTERM/SIGINT (uvicorn stops accepting, answers the requests it accepted,
-then the app's lifespan drains the batcher)."""
+keep-alive connections drain (``protocol.py``), then the app's lifespan drains the batcher)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,9 @@ def serve(
     socket is bound (the CLI prints it; with ``port=0`` it carries the port the OS chose)."""
     import uvicorn
 
+    from peregrine.deploy.protocol import draining_protocol
+    from peregrine.deploy.shutdown import DrainingMultiprocess, DrainingServer
+
     if not allow_remote and not is_loopback(host):
         raise RemoteBindRefused(
             f"refusing to listen on {host!r}, which is reachable from other machines; pass "
@@ -63,6 +66,7 @@ def serve(
         lifespan="on",
         backlog=4096,
         server_header=False,
+        http=draining_protocol(),  # keep-alive connections closed without losing requests
     )
     metrics_dir = None
     if workers > 1:
@@ -85,12 +89,10 @@ def serve(
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     if announce is not None:
         announce(f"http://{shown}:{bound[1]}")
-    server = uvicorn.Server(uconfig)
+    server = DrainingServer(uconfig)
     try:
         if workers > 1:
-            from uvicorn.supervisors import Multiprocess
-
-            Multiprocess(uconfig, sockets=[sock]).run()
+            DrainingMultiprocess(uconfig, sockets=[sock]).run()
         else:
             server.run(sockets=[sock])
     except KeyboardInterrupt:
