@@ -41,6 +41,7 @@ from peregrine.ir.semantics.trees import compute_dtype
 from peregrine.kernels import jit
 from peregrine.kernels.fused import RowKernel, checked_runner, narrow_outputs, row_kernel
 from peregrine.kernels.irutil import FLOATS
+from peregrine.kernels.pyentry import make_entry
 from peregrine.kernels.threads import pool
 from peregrine.options import CompileOptions, Precision
 
@@ -351,7 +352,26 @@ class ForestProgram:
 
         call.slots = slots  # keeps the buffers the cached pointers point into
         call.dtype = np.dtype(out_dtype)  # what every call returns (CompiledModel skips a cast)
+        call.native = partial(self._native, by_num, call, width, out_dtype)
         return call
+
+    def _native(self, by_num: dict, call: Any, width: int, out_dtype: np.dtype,
+                fallback: Any = None, finite_only: bool = False, name: str = "run",
+                doc: str = "") -> Any:
+        """``call`` as a builtin that checks and copies the rows, runs the kernel and makes
+        the result in machine code (kernels/pyentry.py), or None where it cannot be made;
+        inputs it does not take go to ``fallback`` (default ``call``)."""
+        kernels = {}
+        for d in INPUT_DTYPES:
+            xbuf, obuf, args, fn, *_ = by_num[d.num]
+            kernels[d] = (ctypes.cast(fn, ctypes.c_void_p).value, xbuf.dtype == np.float32,
+                          args.copy())  # a template: the entry fills its own copy per call
+        return make_entry(name, doc, call if fallback is None else fallback,
+                          n_features=self.n_features, max_rows=self.small_rows, width=width,
+                          out_stride=obuf.shape[1], out_dtype=out_dtype,
+                          finite_only=finite_only, kernels=kernels,
+                          slots={"x": _ARG["X"], "stride": _ARG["stride"], "re": _RE,
+                                 "out": _ARG["out"]}, keep=(call, by_num))
 
     def _few_rows(self, X: np.ndarray, program: np.ndarray, width: int) -> np.ndarray:
         """A few rows through the tree-lane kernel, with buffers of this call's own."""
