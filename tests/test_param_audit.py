@@ -152,7 +152,7 @@ def _text_params(name: str) -> dict[str, list[V] | str]:
     table: dict[str, list[V] | str] = {
         "input": "'filename' and 'file' read files named by the documents at fit time; "
                  "refused by sklearn_text._analyzer, tested there on content only",
-        "analyzer": [V("char", refused=True), V("char_wb", refused=True)],
+        "analyzer": [V("char"), V("char_wb"), V(str.split, refused=True)],
         "preprocessor": [V(str.upper, refused=True)],
         "tokenizer": [V(str.split, {"token_pattern": None}, refused=True)],
         "strip_accents": [V("unicode"), V("ascii")],

@@ -8,7 +8,7 @@ The vectorizer becomes the program's text boundary (``ir/semantics/text.py`` Tex
 then split at its input (``_split``): the first LINEAR layers' weights become the boundary's
 projection (S @ W computed as sklearn's sparse decision functions compute it; the layers keep
 only their bias), or the columns tree splits read become the boundary's gather. The
-(documents x vocabulary) matrix is never dense. Refused: analyzer other than "word", callable
+(documents x vocabulary) matrix is never dense. Refused: a callable analyzer, callable
 preprocessor/tokenizer/analyzer/strip_accents, token patterns outside TOKEN_PATTERNS, input
 other than "content", each naming the parameter.
 """
@@ -39,8 +39,9 @@ from peregrine.frontends.base import (
 from peregrine.frontends.sklearn_pipeline import SOURCES
 from peregrine.frontends.steps import Context, Flow, convert_head, convert_step
 from peregrine.ir import Graph, GraphBuilder, Node, Op, verify
+from peregrine.ir.linear_split import split_linear
 from peregrine.ir.semantics import DEFS
-from peregrine.ir.semantics.text import TOKEN_PATTERNS, TextSpec
+from peregrine.ir.semantics.text import ANALYZERS, TOKEN_PATTERNS, TextSpec
 from peregrine.ir.spec import MethodSpec, ModelSpec
 
 VECTORIZERS = (CountVectorizer, HashingVectorizer)  # TfidfVectorizer is a CountVectorizer
@@ -50,24 +51,30 @@ def _analyzer(vec: Any) -> tuple[str, int]:
     """The token class of ``vec``'s analyzer, refusing what the boundary does not reproduce."""
     if vec.input != "content":
         raise unsupported(vec, f"input={vec.input!r}", "'content'")
-    if vec.analyzer != "word":
-        raise unsupported(vec, f"analyzer={vec.analyzer!r}", "'word'")
-    for name in ("preprocessor", "tokenizer"):
+    if vec.analyzer not in ANALYZERS:  # a callable
+        raise unsupported(vec, f"analyzer={vec.analyzer!r}", "'word', 'char', 'char_wb'")
+    for name in ("preprocessor",) + (("tokenizer",) if vec.analyzer == "word" else ()):
         if getattr(vec, name) is not None:
             raise unsupported(vec, f"a callable {name}", f"{name}=None")
     if vec.strip_accents not in (None, "ascii", "unicode"):  # a callable
         raise unsupported(vec, f"strip_accents={vec.strip_accents!r}",
                           "None, 'ascii', 'unicode'")
+    lo, hi = vec.ngram_range
+    if vec.analyzer != "word":  # char n-grams: the token pattern and tokenizer are unused
+        if not 1 <= lo <= hi:
+            raise unsupported(vec, f"ngram_range={vec.ngram_range!r}")
+        return "word", 1
     if vec.token_pattern not in TOKEN_PATTERNS:
         raise unsupported(vec, f"token_pattern={vec.token_pattern!r}",
                           ", ".join(repr(p) for p in TOKEN_PATTERNS))
-    lo, hi = vec.ngram_range
     if not 1 <= lo <= hi:
         raise unsupported(vec, f"ngram_range={vec.ngram_range!r}")
     return TOKEN_PATTERNS[vec.token_pattern]
 
 
 def _stop_words(vec: Any) -> tuple[str, ...]:
+    if vec.analyzer != "word":  # sklearn's char analyzers never read them
+        return ()
     stop = vec.get_stop_words()  # "english" -> the built-in list; a list as given
     return tuple(sorted(stop)) if stop else ()
 
@@ -85,7 +92,7 @@ def text_spec(vec: Any, tfidf: Any = None) -> TextSpec:
     common = {"char_class": char_class, "min_len": min_len, "lowercase": bool(vec.lowercase),
               "ngram_range": (int(vec.ngram_range[0]), int(vec.ngram_range[1])),
               "stop_words": _stop_words(vec), "binary": bool(vec.binary),
-              "strip_accents": vec.strip_accents or ""}
+              "strip_accents": vec.strip_accents or "", "analyzer": vec.analyzer}
     if isinstance(vec, HashingVectorizer):
         hashing = {"vocabulary": (), "n_features": int(vec.n_features), "hashing": True,
                    "alternate_sign": bool(vec.alternate_sign)}
@@ -103,7 +110,7 @@ def text_spec(vec: Any, tfidf: Any = None) -> TextSpec:
     terms = [""] * len(vocab)
     for term, j in vocab.items():
         terms[int(j)] = term
-    if any(" " in w for w in vec.get_stop_words() or ()):
+    if any(" " in w for w in _stop_words(vec)):
         raise unsupported(vec, "stop words containing a space")
     weights = tfidf if tfidf is not None else (vec if isinstance(vec, TfidfVectorizer) else None)
     if weights is None:
@@ -170,26 +177,13 @@ def _split(graph: Graph, text: TextSpec, model: Any) -> tuple[Graph, TextSpec]:
         binarize, x = b, b
         readers = [n for n in graph.nodes if b.name in n.inputs]
     nodes = {n.name: n for n in graph.nodes}
-    if readers and all(n.op is Op.LINEAR for n in readers):
-        weights = [np.asarray(n.attrs.weight, np.float64) for n in readers]
-        proj = np.hstack(weights)
-        width = proj.shape[1]
-        new_x = Node("X", Op.INPUT, (), {}, "float64", width)
-        at = 0
-        for n, w in zip(readers, weights):
-            k = w.shape[1]
-            src = "X"
-            if k != width:
-                src = f"{n.name}_cols"
-                nodes[src] = _node(src, Op.SELECT, ("X",), k,
-                                   columns=np.arange(at, at + k, dtype=np.int64))
-            bias = np.broadcast_to(np.asarray(n.attrs.bias, np.float64), (k,)).copy()
-            nodes[n.name] = _node(n.name, Op.AFFINE, (src,), k, scale=1.0, shift=bias)
-            at += k
-        text = dataclasses.replace(text, projection=proj,
-                                   binarize=None if binarize is None else
-                                   float(binarize.attrs.threshold))
-    elif binarize is None and readers and all(n.op is Op.TREE_ENSEMBLE for n in readers):
+    if readers and all(n.op is Op.LINEAR for n in readers):  # shared: ir/linear_split.py
+        drop = (inp.name,) if binarize is None else (inp.name, binarize.name)
+        out, proj = split_linear(graph, x.name, readers, drop)
+        return out, dataclasses.replace(text, projection=proj,
+                                        binarize=None if binarize is None else
+                                        float(binarize.attrs.threshold))
+    if binarize is None and readers and all(n.op is Op.TREE_ENSEMBLE for n in readers):
         used = np.unique(np.concatenate([
             n.attrs.forest.feature[n.attrs.forest.feature >= 0] for n in readers]))
         cols = used.astype(np.int64) if used.size else np.zeros(1, dtype=np.int64)

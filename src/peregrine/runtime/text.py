@@ -33,7 +33,8 @@ import numpy as np
 
 from peregrine.errors import InputError
 from peregrine.ir.semantics.text import TextSpec
-from peregrine.runtime.text_hash import hashed_features
+from peregrine.runtime.text_char import char_grams
+from peregrine.runtime.text_hash import hashed_features, hashed_spans
 from peregrine.runtime.text_tokens import (
     _SEP,
     HashTable,
@@ -86,9 +87,11 @@ class TextRunner:
         self.table = _class_table(spec.char_class)
         lo, hi = spec.ngram_range
         self.stop = frozenset(spec.stop_words)
-        self._native: Any = None if compiled and not spec.hashing else False
-        if spec.hashing:
-            self.tokens = None
+        self._native: Any = None if compiled and not spec.hashing and \
+            spec.analyzer == "word" else False
+        if spec.hashing or spec.analyzer != "word":
+            # character n-grams are looked up whole: one verified table of the terms
+            self.tokens = None if spec.hashing else _Tokens(list(spec.vocabulary), "word")
             return
         parts: dict[str, int] = {}
         grams: list[list[int]] = []
@@ -158,6 +161,15 @@ class TextRunner:
         got = None if nat is None else nat.run(docs)
         if got is not None:
             return got[:3]
+        if spec.analyzer != "word":
+            codes, starts, ends, doc = char_grams(docs, spec.analyzer, spec.lowercase,
+                                                  spec.strip_accents, spec.ngram_range)
+            if spec.hashing:
+                feat, sign = hashed_spans(spec, codes, starts, ends)
+                return _count_pairs(doc, feat, len(docs), spec.n_features, sign)
+            ids = self.tokens.lookup(codes, starts, ends)
+            ok = ids >= 0
+            return _count_pairs(doc[ok], ids[ok], len(docs), spec.n_features, None)
         codes, starts, ends, doc = self._tokens(docs)
         if spec.hashing:
             feat, sign, fdoc = hashed_features(self, codes, starts, ends, doc)

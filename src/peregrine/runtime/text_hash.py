@@ -69,6 +69,15 @@ def _utf8(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return buf, offsets
 
 
+def hashed_spans(spec: Any, codes: np.ndarray, starts: np.ndarray,
+                 ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(column, sign) of each span [s, e) of ``codes`` hashed whole (character n-grams)."""
+    buf, off = _utf8(codes)
+    h = murmur3_32(buf, off[starts], off[ends] - off[starts]).astype(np.int64)
+    sign = np.where(h < 0, -1, 1) if spec.alternate_sign else np.ones(h.size, np.int64)
+    return np.abs(h) % spec.n_features, sign
+
+
 def hashed_features(run: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                     doc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(column, sign, document) of every feature of every document."""

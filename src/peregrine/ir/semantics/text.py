@@ -43,7 +43,8 @@ TOKEN_PATTERNS: dict[str, tuple[str, int]] = {
     r"[^\s]+": ("nonspace", 1),
 }
 NORMS = ("", "l1", "l2")  # "" none; TfidfTransformer/HashingVectorizer's norm
-STRIP_ACCENTS = ("", "ascii", "unicode")  # "" none; the vectorizers' strip_accents
+STRIP_ACCENTS = ("", "ascii", "unicode")
+ANALYZERS = ("word", "char", "char_wb")  # "" none; the vectorizers' strip_accents
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,6 +82,9 @@ class TextSpec:
     # those ``frame_width`` columns (the text column a placeholder 0) followed by this
     # boundary's ``width`` columns
     frame_width: int = 0
+    # "word" (tokens of char_class), "char" or "char_wb" (character n-grams of ngram_range,
+    # runtime/text_char.py; char_class, min_len and stop_words unused)
+    analyzer: str = "word"
     unread: tuple[int, ...] = ()  # table columns nothing reads (dropped): placeholders too
     strip_accents: str = ""  # after lower(): NFKD, then drop non-ASCII / combining marks
 
@@ -90,6 +94,8 @@ class TextSpec:
         lo, hi = self.ngram_range
         if not 1 <= lo <= hi:
             raise ValueError(f"text: bad ngram_range {self.ngram_range}")
+        if self.analyzer not in ANALYZERS:
+            raise ValueError(f"text: analyzer {self.analyzer!r} is not one of {ANALYZERS}")
         if self.strip_accents not in STRIP_ACCENTS:
             raise ValueError(f"text: strip_accents {self.strip_accents!r} is not one of "
                              f"{STRIP_ACCENTS}")
@@ -127,7 +133,7 @@ class TextSpec:
                 "hashing": self.hashing, "alternate_sign": self.alternate_sign,
                 "dtype": self.dtype, "column": self.column, "binarize": self.binarize,
                 "strip_accents": self.strip_accents, "frame_width": self.frame_width,
-                "unread": list(self.unread)}
+                "unread": list(self.unread), "analyzer": self.analyzer}
         arrays = {"vocabulary": np.asarray(self.vocabulary, dtype=str)}
         for key in ("idf", "projection", "columns"):
             if getattr(self, key) is not None:
@@ -150,5 +156,6 @@ class TextSpec:
                    strip_accents=str(meta.get("strip_accents", "")),
                    frame_width=int(meta.get("frame_width", 0)),
                    unread=tuple(int(c) for c in meta.get("unread", ())),
+                   analyzer=str(meta.get("analyzer", "word")),
                    idf=arrays.get("idf"), projection=arrays.get("projection"),
                    columns=arrays.get("columns"))
