@@ -32,7 +32,7 @@ class RowKernel:
     fuse for float64 input and not for float32 (a step whose float32 form the generator does
     not reproduce, e.g. NumPy's float32 exp): ``supports`` tells, per input dtype."""
 
-    def __init__(self, graph: Graph, wanted: list[str], narrow: list[bool]) -> None:
+    def __init__(self, graph: Graph, wanted: list[str], narrow: list[bool | str]) -> None:
         self._graph, self._wanted, self._narrow = graph, list(wanted), list(narrow)
         self._plans: dict[str, RowPlan | None] = {}
         self._fns: dict[str, Any] = {}
@@ -118,7 +118,7 @@ def _address(a: np.ndarray) -> int:
 _CHAR_AT = ctypes.c_char.from_buffer
 
 
-def row_kernel(graph: Graph, wanted: list[str], narrow: list[bool]) -> RowKernel | None:
+def row_kernel(graph: Graph, wanted: list[str], narrow: list[bool | str]) -> RowKernel | None:
     kernel = RowKernel(graph, wanted, narrow)
     return kernel if kernel.fusable else None
 

@@ -88,10 +88,12 @@ class RowPlan:
     out_widths: tuple[int, ...]
 
 
-def plan(graph: Graph, wanted: list[str], narrow: list[bool], x_dtype: str) -> RowPlan | None:
+def plan(graph: Graph, wanted: list[str], narrow: list[bool | str], x_dtype: str
+         ) -> RowPlan | None:
     """The fused kernel computing the nodes ``wanted`` (graph node names) from X, or None when
     some node it needs is not a row-wise op this generator knows (the caller keeps its
-    op-by-op program). ``narrow[k]``: output k is stored in the input's dtype."""
+    op-by-op program). ``narrow[k]``: True stores output k in the input's dtype, a dtype name
+    ("float32") in that dtype (rounded as NumPy's astype rounds), False in float64."""
     x_node = next(n for n in graph.nodes if n.op is Op.INPUT)
     if not 0 < int(x_node.width or 0) <= MAX_WIDTH:
         return None
@@ -135,7 +137,8 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool], x_dtype: str) -> R
         node = by_name[name]
         if node.op is Op.INPUT:  # the input returned as is: nothing to fuse
             return None
-        dtype = "int64" if node.op in INT_OPS else (x_dtype if thin else "float64")
+        dtype = ("int64" if node.op in INT_OPS else thin if isinstance(thin, str)
+                 else x_dtype if thin else "float64")
         outs.append([index[name], dtype])
         dtypes.append(dtype)
         widths.append(int(node.width))
@@ -210,7 +213,48 @@ def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:
                 "factors": [[t[i] if i < len(t) else -1 for t in terms] for i in range(depth)]}
     if op is Op.CONCAT and sum(widths) == w:
         return {"op": "concat", "r32": r32}
+    if op is Op.ONE_HOT:
+        return _one_hot_step(a, w, win, param)
     return None
+
+
+MAX_ONE_HOT_TERMS = 1024  # (column, category) comparisons in one row vector
+
+
+def _one_hot_step(a, w: int, win: int, param) -> dict | None:
+    """ONE_HOT as comparisons: each (input column, category) pair a slot reads is one lane of
+    a vector compared with the categories at once; a slot is the OR of its pairs' lanes (an
+    infrequent group has several), an unknown slot is set where none of its column's
+    categories matched (then every category of that column is a lane, slot or not)."""
+    terms: list[tuple[int, float, int]] = []  # (input column, category, slot or -1)
+    unknown: list[tuple[int, list[int]]] = []  # (slot, the column's term lanes)
+    for j, cats, slots, unk in zip(a.columns, a.categories, a.slots, a.unknown_slots):
+        cats = np.asarray(cats, dtype=np.float64).reshape(-1)
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        if not 0 <= int(j) < win or (slots >= w).any() or int(unk) >= w:
+            return None
+        every = int(unk) >= 0
+        lanes = []
+        for c, s in zip(cats, slots):
+            if s >= 0 or every:
+                lanes.append(len(terms))
+                terms.append((int(j), float(c), int(s)))
+        if every:
+            unknown.append((int(unk), lanes))
+    if len(terms) > MAX_ONE_HOT_TERMS:
+        return None
+    per_slot: list[list[int]] = [[] for _ in range(w)]
+    for t, (_, _, s) in enumerate(terms):
+        if s >= 0:
+            per_slot[s].append(t)
+    depth = max((len(p) for p in per_slot), default=0)
+    # rounds[r][s]: slot s's r-th lane, or len(terms) (a lane that is always false)
+    rounds = [[p[r] if r < len(p) else len(terms) for p in per_slot] for r in range(depth)]
+    step = {"op": "one_hot", "cols": [t[0] for t in terms], "rounds": rounds,
+            "nan": [int(np.isnan(t[1])) for t in terms], "unknown": unknown}
+    if terms:
+        step["cats"] = param(np.nan_to_num(np.array([t[1] for t in terms]), nan=0.0))
+    return step
 
 
 # ops whose float32 form (``Attrs.float32_out``) the emitter reproduces
@@ -551,3 +595,29 @@ class _Emitter:
 
     def op_concat(self, s: dict, ins: list) -> ir.Value:
         return self.r32(s, self.joined(ins))
+
+    def op_one_hot(self, s: dict, ins: list) -> ir.Value:
+        # the rule's category_slots: exact float64 equality, a NaN category matching NaN
+        b, x, w = self.b, ins[0], s["w"]
+        n_terms = len(s["cols"])
+        bools = ir.VectorType(I1, n_terms)
+        if not n_terms:
+            return self.const(0.0, w)
+        xs = b.shuffle_vector(x, ir.Constant(x.type, ir.Undefined),
+                              ir.Constant(ir.VectorType(I32, n_terms), s["cols"]))
+        eq = b.fcmp_ordered("==", xs, self.load_param(s["cats"]))
+        if any(s["nan"]):
+            eq = b.select(ir.Constant(bools, [bool(v) for v in s["nan"]]),
+                          b.fcmp_unordered("uno", xs, xs), eq)
+        never = ir.Constant(bools, [False] * n_terms)
+        hit = ir.Constant(ir.VectorType(I1, w), [False] * w)
+        for lanes in s["rounds"]:
+            hit = b.or_(hit, b.shuffle_vector(eq, never,
+                                              ir.Constant(ir.VectorType(I32, w), lanes)))
+        for slot, lanes in s["unknown"]:
+            found = ir.Constant(I1, False)
+            for t in lanes:
+                found = b.or_(found, b.extract_element(eq, ir.Constant(I32, t)))
+            at = ir.Constant(I32, slot)
+            hit = b.insert_element(hit, b.or_(b.extract_element(hit, at), b.not_(found)), at)
+        return b.uitofp(hit, self.vec(w))

@@ -63,3 +63,58 @@ def fuse_plan(graph, wanted: set[str], decisions: bool = True) -> list:
         skip.update(n.name for n in chain)
         plan.append(FusedForest(node, chain, cur.name, enc[0], enc[1]))
     return plan
+
+
+@dataclass
+class RowRegion:
+    """The row-wise ops computing a forest's input (scalers, one-hot, selections,
+    ColumnTransformer blocks...), run as one fused row kernel (kernels/rowwise.py): each input
+    row is read once and only the forest's input is stored, in the dtype the forest compares
+    in, where the ops' rules would make one pass over memory each and keep every intermediate."""
+
+    end: str  # the node computed: the forest's input
+    nodes: list[Node]  # every node of the region, in order
+    kernel: object  # kernels.fused.RowKernel
+    dtype: np.dtype  # what the kernel stores
+
+    @property
+    def width(self) -> int:
+        return int(self.nodes[-1].width or 1)
+
+
+def prologue_regions(graph, plan: list, make_kernel) -> list:
+    """``plan`` with the ops between the input and each forest replaced by a
+    :class:`RowRegion` where ``make_kernel(end, forest_step)`` fuses them (it returns the
+    kernel and its output dtype, or None). A region's nodes other than its end must be read
+    only inside the region (otherwise they are needed on their own and stay rules)."""
+    out = list(plan)
+    for step in plan:
+        if not isinstance(step, FusedForest):
+            continue
+        end = step.tree.inputs[0]
+        region = graph.steps([end])
+        names = {n.name for n in region}
+        if not region or not names <= {getattr(s, "name", None) for s in out}:
+            continue  # the input itself, or nodes another region took
+        inner = names - {end}
+        readers = [s for s in out if getattr(s, "name", None) not in names]
+        if any(set(_inputs(s)) & inner for s in readers) or \
+                any(graph.outputs[o] in inner for o in graph.outputs):
+            continue
+        made = make_kernel(end, step)
+        if made is None:
+            continue
+        kernel, dtype = made
+        first = min(out.index(s) for s in out if getattr(s, "name", None) in names)
+        kept = [s for s in out if getattr(s, "name", None) not in names]
+        kept.insert(first, RowRegion(end, region, kernel, np.dtype(dtype)))
+        out = kept
+    return out
+
+
+def _inputs(step) -> tuple[str, ...]:
+    if isinstance(step, FusedForest):
+        return tuple(step.tree.inputs) + tuple(i for n in step.chain for i in n.inputs)
+    if isinstance(step, RowRegion):
+        return ()
+    return tuple(step.inputs)
