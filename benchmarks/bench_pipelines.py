@@ -205,7 +205,8 @@ def _thread_best(fns: dict, data, rounds: int) -> dict[str, float]:
     return best
 
 
-def bench_text(n_docs: int, repeats: int, ort_batch: int = 1000, ort: bool = True) -> str:
+def bench_text(n_docs: int, repeats: int, ort_batch: int = 1000, ort: bool = True,
+               analyzer: str = "word") -> str:
     """TfidfVectorizer(ngram_range=(1, 2)) -> LogisticRegression, predict_proba on n_docs
     documents: scikit-learn, Peregrine (native and torch) and ONNX Runtime (skl2onnx; its
     TfIdfVectorizer op returns a dense (rows, vocabulary) tensor, so it runs in batches of
@@ -224,8 +225,10 @@ def bench_text(n_docs: int, repeats: int, ort_batch: int = 1000, ort: bool = Tru
     y = np.random.default_rng(1).integers(0, 3, n_docs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # lbfgs stopping at max_iter: the model is a fixture
-        pipe = make_pipeline(TfidfVectorizer(ngram_range=(1, 2)),
-                             LogisticRegression(max_iter=50)).fit(docs[:20000], y[:20000])
+        vec = TfidfVectorizer(ngram_range=(1, 2)) if analyzer == "word" else \
+            TfidfVectorizer(analyzer=analyzer, ngram_range=(2, 4))
+        pipe = make_pipeline(vec, LogisticRegression(max_iter=50)).fit(docs[:20000],
+                                                                       y[:20000])
     t_sk, want = _time(pipe.predict_proba, docs, repeats)
     res, fns = {}, {"sklearn": pipe.predict_proba}
     for backend in ("native", "torch"):
@@ -266,7 +269,9 @@ def bench_text(n_docs: int, repeats: int, ort_batch: int = 1000, ort: bool = Tru
                   if ln.startswith("Model name")), platform.processor())
     vocab = len(pipe.steps[0][1].vocabulary_)
     sk_cpu = cpu_s["sklearn"]
-    lines = [f"Text: TfidfVectorizer(ngram_range=(1, 2)) -> LogisticRegression, predict_proba "
+    what = "ngram_range=(1, 2)" if analyzer == "word" else \
+        f"analyzer={analyzer!r}, ngram_range=(2, 4)"
+    lines = [f"Text: TfidfVectorizer({what}) -> LogisticRegression, predict_proba "
              f"on {n_docs:,} documents ({vocab:,}-term vocabulary), {model}, load "
              f"{os.getloadavg()[0]:.1f}; median of {repeats} (ORT: one run, batches of "
              f"{ort_batch})",
@@ -354,12 +359,15 @@ def main(argv=None) -> int:
                     help="with --text: leave ONNX Runtime out (minutes on 100K documents)")
     ap.add_argument("--text-columns", type=int, default=0, metavar="ROWS",
                     help="run only the ColumnTransformer-with-a-text-column case on ROWS rows")
+    ap.add_argument("--analyzer", default="word", choices=("word", "char", "char_wb"),
+                    help="with --text: the vectorizer's analyzer (char: ngram_range (2, 4))")
     args = ap.parse_args(argv)
     if args.text_columns:
         print(bench_text_columns(args.text_columns, args.repeats), flush=True)
         return 0
     if args.text:
-        print(bench_text(args.text, args.repeats, ort=not args.skip_ort), flush=True)
+        print(bench_text(args.text, args.repeats, ort=not args.skip_ort,
+                         analyzer=args.analyzer), flush=True)
         return 0
 
     import sklearn

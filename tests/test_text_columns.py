@@ -158,6 +158,31 @@ def test_nan_inf_and_bad_input():
     assert_same(hgb, _compile(hgb, "native"), nan)
 
 
+TWO_TEXT = {
+    "lr": lambda: make_pipeline(ColumnTransformer([
+        NUM, TXT, ("title", CountVectorizer(analyzer="char_wb", ngram_range=(2, 3)), "title"),
+        CAT]), LogisticRegression(max_iter=2000)),
+    "forest": lambda: make_pipeline(ColumnTransformer([
+        TXT, NUM, ("title", HashingVectorizer(n_features=64), "title")]),
+        RandomForestClassifier(8, random_state=0)),
+}
+
+
+@pytest.mark.parametrize("backend", ["reference", "native"])
+@pytest.mark.parametrize("case", sorted(TWO_TEXT))
+def test_two_text_columns(case, backend, tmp_path):
+    def titled(df):
+        return df.assign(title=[r[::-1][:12] for r in df.review])
+
+    model = TWO_TEXT[case]().fit(titled(TRAIN), Y)
+    fast = _compile(model, backend)
+    assert len(fast.spec.text.more) == 1
+    assert_same(model, fast, titled(TEST))
+    fast.save(tmp_path / "m.peregrine")
+    back = peregrine.load(tmp_path / "m.peregrine")
+    np.testing.assert_array_equal(back.predict(titled(TEST)), model.predict(titled(TEST)))
+
+
 def test_numpy_object_table():
     rng = np.random.default_rng(4)
     X = np.empty((80, 3), dtype=object)
@@ -184,8 +209,6 @@ def test_save_load(tmp_path):
     (lambda: make_pipeline(ColumnTransformer([TXT, NUM]), StandardScaler(with_mean=False),
                            LogisticRegression()), "dense"),
     (lambda: make_pipeline(ColumnTransformer([TXT, NUM]), KNeighborsClassifier(3)), "dense"),
-    (lambda: make_pipeline(ColumnTransformer([TXT, ("t2", CountVectorizer(), "country")]),
-                           LogisticRegression()), "one text column"),
     (lambda: make_pipeline(ColumnTransformer([TXT, NUM], transformer_weights={"txt": 2.0}),
                            LogisticRegression()), "weight"),
     (lambda: make_pipeline(ColumnTransformer([("t", TfidfVectorizer(analyzer=str.split),

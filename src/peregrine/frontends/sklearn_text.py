@@ -237,9 +237,10 @@ def convert_text_pipeline(model: Pipeline) -> ModelSpec:
 
 @register_frontend(CountVectorizer, TfidfVectorizer, HashingVectorizer,
                    library="scikit-learn", methods=("transform",),
-                   notes="analyzer='word' (token patterns: docs/text.md), lowercase, stop "
-                   "words, n-grams, binary, TF-IDF options, l1/l2 norms; csr_matrix output; "
-                   "in a Pipeline before linear models, naive Bayes and trees")
+                   notes="analyzer 'word' (token patterns: docs/text.md), 'char', "
+                   "'char_wb'; lowercase, stop words, n-grams, binary, TF-IDF options, l1/l2 "
+                   "norms; csr_matrix output; in a Pipeline before linear models, naive "
+                   "Bayes and trees, also as a ColumnTransformer's text column")
 def convert_vectorizer(model: Any) -> ModelSpec:
     return _spec(model, text_spec(model), [])
 

@@ -104,26 +104,27 @@ def convert_column_pipeline(model: Pipeline) -> ModelSpec:
     blocks = _text_blocks(ct)
     if not blocks:
         return model_spec(model, lambda ctx, flow: _pipeline_head(model, ctx, flow))
-    if len(blocks) > 1:
-        raise unsupported(ct, f"{len(blocks)} text columns ({', '.join(n for n, _ in blocks)})",
-                          "one text column")
-    name, text = blocks[0]
-    n_in, vocab = int(ct.n_features_in_), text.n_features
+    n_in = int(ct.n_features_in_)
+    vocab = [t.n_features for _, t in blocks]
     g = GraphBuilder()
-    x = g.input(n_in + vocab)
+    x = g.input(n_in + sum(vocab))
     ctx = Context(g)
-    flow = Flow(x, tuple(range(n_in)) + (None,) * vocab)
-    parts, block = [], ""
+    flow = Flow(x, tuple(range(n_in)) + (None,) * sum(vocab))
+    parts, nodes = [], {}
     indices = ct._transformer_to_input_indices
     weights = ct.transformer_weights or {}
+    # each text block is a SELECT of its vocabulary's columns, after the table's and the
+    # earlier blocks' (the boundary's dense columns come in the same order)
+    first = dict(zip([n for n, _ in blocks], n_in + np.cumsum([0] + vocab[:-1])))
+    width = dict(zip([n for n, _ in blocks], vocab))
     for tname, trans, _columns in ct.transformers_:
         if isinstance(trans, str) and trans == "drop":
             continue
-        if tname == name:
+        if tname in first:
             if weights.get(tname) is not None:
                 raise unsupported(ct, f"a transformer weight on text block {tname!r}")
-            part = select(ctx, flow, np.arange(n_in, n_in + vocab))
-            block = part.node
+            part = select(ctx, flow, np.arange(first[tname], first[tname] + width[tname]))
+            nodes[tname] = part.node
             parts.append(dataclasses.replace(part, nan=False, keeps_dtype=False))
             continue
         cols = np.asarray(indices.get(tname, []), dtype=np.int64)
@@ -151,9 +152,10 @@ def convert_column_pipeline(model: Pipeline) -> ModelSpec:
     check = ctx.check_node()
     if check is not None:
         outputs[INPUT_ERRORS] = check
-    graph, text = _split_block(g.build(outputs), block, text, model)
+    graph, texts = _split_blocks(g.build(outputs), [(nodes[n], t) for n, t in blocks], model)
+    text = dataclasses.replace(texts[0], more=tuple(texts[1:]))
     return ModelSpec(
-        graph=graph, methods=head.methods, n_features=n_in + int(text.width),
+        graph=graph, methods=head.methods, n_features=n_in + sum(int(t.width) for t in texts),
         source=qualified_name(model), feature_names=sklearn_feature_names(model),
         allow_nan=ctx.allow_nan, allow_inf=False,
         category_maps={j: tuple(v.values) for j, v in sorted(ctx.vocabs.items())},
@@ -162,92 +164,117 @@ def convert_column_pipeline(model: Pipeline) -> ModelSpec:
         versions={"sklearn": sklearn_version})
 
 
-def _split_block(graph: Graph, block: str, text: TextSpec,
-                 model: Any) -> tuple[Graph, TextSpec]:
-    """Take the text block (``block``: SELECT of the vocabulary columns) out of the matrix the
-    head reads: the readers of the hstack (or of the block, when it is alone) must all be LINEAR
-    layers (their text rows become the projection) or all tree ensembles (the columns they
-    read are gathered)."""
+def _split_blocks(graph: Graph, blocks: list[tuple[str, TextSpec]],
+                  model: Any) -> tuple[Graph, list[TextSpec]]:
+    """Take the text blocks (each a SELECT of its vocabulary's input columns) out of the
+    matrix the head reads: the readers of the hstack (or of the block, when it is alone) must
+    all be LINEAR layers (their text rows become the projections) or all tree ensembles (the
+    columns they read are gathered). Returns the graph reading the table's columns then each
+    block's dense columns, and the blocks' TextSpecs with their projection or columns."""
     nodes = dict(graph.by_name)
-    n_in = text.frame_width
-    vocab = text.n_features
-    readers = [n for n in graph.nodes if block in n.inputs]
-    hstack, off = None, 0
+    n_in = blocks[0][1].frame_width
+    names = [b for b, _ in blocks]
+    readers = [n for n in graph.nodes if set(names) & set(n.inputs)]
+    hstack = None
     if len(readers) == 1 and readers[0].op is Op.CONCAT:
         hstack = readers[0]
-        for i in hstack.inputs:
-            if i == block:
-                break
-            off += nodes[i].width
         readers = [n for n in graph.nodes if hstack.name in n.inputs]
-    matrix = hstack.name if hstack is not None else block
+    elif len(blocks) > 1 or any(n.op is Op.CONCAT for n in readers):
+        raise unsupported(model, "text blocks read other than through the ColumnTransformer")
+    matrix = hstack.name if hstack is not None else names[0]
     width = nodes[matrix].width
     if matrix in graph.outputs.values() or not readers:
         raise unsupported(model, "the text block's hstack as an output")
-    text_rows = np.arange(off, off + vocab)
+    parts = list(hstack.inputs) if hstack is not None else [names[0]]
+    offsets = np.cumsum([0] + [nodes[i].width for i in parts])
+    rows = {b: np.arange(offsets[parts.index(b)], offsets[parts.index(b)] + t.n_features)
+            for b, t in blocks}
+    texts = []
     if all(n.op is Op.LINEAR for n in readers):
-        proj, at = [], 0
-        rest_inputs = tuple(i for i in hstack.inputs if i != block) if hstack else ()
-        if rest_inputs and len(rest_inputs) > 1:
+        rest_inputs = tuple(i for i in parts if i not in names)
+        rest = None
+        if len(rest_inputs) > 1:
             nodes[hstack.name] = _node(hstack.name, Op.CONCAT, rest_inputs,
-                                       width - vocab, float32=hstack.attrs.float32)
+                                       width - sum(t.n_features for _, t in blocks),
+                                       float32=hstack.attrs.float32)
             rest = hstack.name
         else:
             rest = rest_inputs[0] if rest_inputs else None
             if hstack is not None:
                 del nodes[hstack.name]
+        k_all = sum(int(np.shape(n.attrs.weight)[1]) for n in readers)
+        for b, t in blocks:
+            weights = [np.asarray(n.attrs.weight, np.float64)[rows[b]] for n in readers]
+            texts.append(dataclasses.replace(t, projection=np.hstack(weights)))
+            nodes.pop(b)
+        text_rows = np.concatenate([rows[b] for b in names])
+        at = 0
         for n in readers:
             w = np.asarray(n.attrs.weight, np.float64)
             k = w.shape[1]
-            proj.append(w[text_rows])
-            cols = f"{n.name}_text"
-            nodes[cols] = _node(cols, Op.SELECT, ("X",), k,
-                                columns=np.arange(n_in + at, n_in + at + k, dtype=np.int64))
+            terms = []
+            for j in range(len(names)):  # block j's scores: after the earlier blocks'
+                cols = f"{n.name}_text{j}"
+                base = n_in + j * k_all + at
+                nodes[cols] = _node(cols, Op.SELECT, ("X",), k,
+                                    columns=np.arange(base, base + k, dtype=np.int64))
+                terms.append(cols)
             at += k
-            total = cols
             if rest is not None:
-                # (S @ W_text) + (N @ W_rest), then the bias, as sklearn's running sum ends
                 part = f"{n.name}_rest"
                 nodes[part] = _node(part, Op.LINEAR, (rest,), k,
                                     weight=np.delete(w, text_rows, axis=0), bias=np.zeros(k))
+                terms.append(part)
+            total = terms[0]
+            if len(terms) > 1:
+                # (S @ W_text + ... + N @ W_rest), then the bias, as sklearn's running sum
                 total = f"{n.name}_sum"
-                nodes[total] = _node(total, Op.WEIGHTED_SUM, (cols, part), k,
-                                     weights=np.ones(2))
+                nodes[total] = _node(total, Op.WEIGHTED_SUM, tuple(terms), k,
+                                     weights=np.ones(len(terms)))
             bias = np.broadcast_to(np.asarray(n.attrs.bias, np.float64), (k,)).copy()
             nodes[n.name] = _node(n.name, Op.AFFINE, (total,), k, scale=1.0, shift=bias)
-        text = dataclasses.replace(text, projection=np.hstack(proj))
-        new_width = at
+        new_width = k_all * len(blocks)
     elif all(n.op is Op.TREE_ENSEMBLE for n in readers):
         feats = np.concatenate([n.attrs.forest.feature for n in readers])
-        inside = feats[(feats >= off) & (feats < off + vocab)] - off
-        used = np.unique(inside).astype(np.int64)
-        cols = used if used.size else np.zeros(1, dtype=np.int64)
-        new_width = int(cols.size)
+        remap = np.full(width, -1, dtype=np.int64)  # hstack column -> new hstack column
+        at, base = 0, n_in
+        for i in parts:
+            if i in names:
+                t = blocks[names.index(i)][1]
+                inside = feats[(feats >= rows[i][0]) & (feats <= rows[i][-1])] - rows[i][0] \
+                    if t.n_features else feats[:0]
+                used = np.unique(inside).astype(np.int64)
+                cols = used if used.size else np.zeros(1, dtype=np.int64)
+                remap[rows[i][0] + cols] = at + np.arange(cols.size)
+                texts.append(dataclasses.replace(t, columns=cols))
+                nodes[i] = _node(i, Op.SELECT, ("X",), int(cols.size),
+                                 columns=np.arange(base, base + cols.size, dtype=np.int64))
+                base += cols.size
+                at += cols.size
+            else:
+                w = nodes[i].width
+                remap[offsets[parts.index(i)]:offsets[parts.index(i)] + w] = \
+                    at + np.arange(w)
+                at += w
         if hstack is not None:
-            nodes[hstack.name] = dataclasses.replace(hstack, width=width - vocab + new_width)
+            nodes[hstack.name] = dataclasses.replace(hstack, width=at)
         for n in readers:
             f = n.attrs.forest
             feature = f.feature.copy()
-            text_f = (feature >= off) & (feature < off + vocab)
-            after = feature >= off + vocab
-            feature[text_f] = off + np.searchsorted(cols, feature[text_f] - off)
-            feature[after] += new_width - vocab
+            inner = feature >= 0
+            feature[inner] = remap[feature[inner]]
             forest = dataclasses.replace(f, feature=feature.astype(f.feature.dtype),
-                                         n_features=width - vocab + new_width)
+                                         n_features=at)
             nodes[n.name] = dataclasses.replace(
                 n, attrs=dataclasses.replace(n.attrs, forest=forest))
-        text = dataclasses.replace(text, columns=cols)
+        new_width = base - n_in
     else:
         ops = sorted({n.op.name for n in readers})
+        vocab = sum(t.n_features for _, t in blocks)
         raise UnsupportedModelError(
             f"{qualified_name(model)}: after a ColumnTransformer with a text column the "
             "hstacked matrix may be read only by linear layers or tree ensembles, not "
             f"{', '.join(ops)} (its {vocab} vocabulary columns would have to be dense)")
-    if text.columns is None:
-        nodes.pop(block, None)  # the projection replaced it
-    else:
-        nodes[block] = _node(block, Op.SELECT, ("X",), new_width,
-                             columns=np.arange(n_in, n_in + new_width, dtype=np.int64))
     old_x = next(n for n in graph.nodes if n.op is Op.INPUT)
     nodes.pop(old_x.name)
     nodes = {k: (dataclasses.replace(v, inputs=tuple("X" if i == old_x.name else i
@@ -258,7 +285,7 @@ def _split_block(graph: Graph, block: str, text: TextSpec,
                    dict(graph.outputs))
     out = Graph(tuple(needed.toposort()), dict(graph.outputs))
     verify(out)
-    return out, text
+    return out, texts
 
 
 def _node(name: str, op: Op, inputs: tuple[str, ...], width: int, **attrs: Any) -> Node:

@@ -326,43 +326,44 @@ def text_input(X: Any, spec: Any, prepare: Any = None) -> np.ndarray:
         return runner(text).dense(documents(X))
     from dataclasses import replace
 
-    docs, rest = _text_column(X, spec)
+    texts = (text, *text.more)
+    docs, rest = _text_columns(X, spec, texts)
     arr = prepare(rest, replace(spec, text=None, n_features=text.frame_width))
-    dense = runner(text).dense(documents(docs))
-    return np.hstack([arr, dense]) if arr.dtype == np.float64 else \
-        np.hstack([arr.astype(np.float64), dense])
+    dense = [runner(t).dense(documents(d)) for t, d in zip(texts, docs)]
+    return np.hstack([arr.astype(np.float64, copy=False), *dense])
 
 
-def _text_column(X: Any, spec: Any) -> tuple[Any, Any]:
-    """(the documents, the table with a placeholder 0 in their place) of a DataFrame (the
-    column by name when the model knows its names) or a 2-D numpy array."""
+def _text_columns(X: Any, spec: Any, texts: tuple) -> tuple[list[Any], Any]:
+    """(each text column's documents, the table with a placeholder 0 in their place and in
+    the unread columns) of a DataFrame (the columns by name when the model knows its names)
+    or a 2-D numpy array."""
     text = spec.text
+    blank = [t.column for t in texts] + list(text.unread)
     pd = sys.modules.get("pandas")
     if pd is not None and isinstance(X, pd.DataFrame):
         if spec.feature_names is not None:
-            name = spec.feature_names[text.column]
-            if name not in X.columns:
-                raise InputError(f"DataFrame has no column {name!r} (the text column)")
+            names = [spec.feature_names[c] for c in blank]
+            for name in names[:len(texts)]:
+                if name not in X.columns:
+                    raise InputError(f"DataFrame has no column {name!r} (a text column)")
         elif X.shape[1] != text.frame_width:
             raise InputError(f"input has {X.shape[1]} columns, but the model expects "
                              f"{text.frame_width}")
         else:
-            name = X.columns[text.column]
-        docs = X[name]
-        if not isinstance(docs, pd.Series):
-            raise InputError(f"DataFrame has duplicate columns named {name!r}")
+            names = [X.columns[c] for c in blank]
+        docs = [X[name] for name in names[:len(texts)]]
+        if not all(isinstance(d, pd.Series) for d in docs):
+            raise InputError(f"DataFrame has duplicate columns named one of {names}")
         rest = X.copy(deep=False)
-        rest[name] = 0.0  # the graph never reads it
-        for c in text.unread:  # nor the columns the ColumnTransformer drops
-            rest[spec.feature_names[c] if spec.feature_names is not None else
-                 X.columns[c]] = 0.0
+        for name in names:  # the graph never reads them
+            rest[name] = 0.0
         return docs, rest
     if isinstance(X, np.ndarray) and X.ndim == 2:
         if X.shape[1] != text.frame_width:
             raise InputError(f"input has {X.shape[1]} columns, but the model expects "
                              f"{text.frame_width}")
         rest = X.copy()
-        rest[:, [text.column, *text.unread]] = 0
-        return X[:, text.column], rest
+        rest[:, blank] = 0
+        return [X[:, t.column] for t in texts], rest
     raise InputError(f"{spec.source} reads a table (a DataFrame, or a 2-D numpy array) whose "
                      f"column {text.column} holds the documents; got {type(X).__name__}")

@@ -86,6 +86,9 @@ class TextSpec:
     # runtime/text_char.py; char_class, min_len and stop_words unused)
     analyzer: str = "word"
     unread: tuple[int, ...] = ()  # table columns nothing reads (dropped): placeholders too
+    # a table's other text columns (a ColumnTransformer's later text blocks, each with its own
+    # ``column``): their boundaries' columns follow this one's, in this order
+    more: tuple[TextSpec, ...] = ()
     strip_accents: str = ""  # after lower(): NFKD, then drop non-ASCII / combining marks
 
     def __post_init__(self) -> None:
@@ -138,6 +141,11 @@ class TextSpec:
         for key in ("idf", "projection", "columns"):
             if getattr(self, key) is not None:
                 arrays[key] = np.asarray(getattr(self, key))
+        meta["more"] = []
+        for i, other in enumerate(self.more):  # arrays keyed "more<i>.<key>"
+            m, a = other.to_state()
+            meta["more"].append(m)
+            arrays.update({f"more{i}.{k}": v for k, v in a.items()})
         return meta, arrays
 
     @classmethod
@@ -158,4 +166,7 @@ class TextSpec:
                    unread=tuple(int(c) for c in meta.get("unread", ())),
                    analyzer=str(meta.get("analyzer", "word")),
                    idf=arrays.get("idf"), projection=arrays.get("projection"),
-                   columns=arrays.get("columns"))
+                   columns=arrays.get("columns"),
+                   more=tuple(cls.from_state(m, {k.split(".", 1)[1]: v for k, v in arrays.items()
+                                                 if k.startswith(f"more{i}.")})
+                              for i, m in enumerate(meta.get("more", ()))))
