@@ -42,7 +42,7 @@ DEFAULT = {
     "catboost-multiclass",  # CatBoost (refused: see REFUSED)
     "pipe-logreg-3c",  # linear
     "kernel-svc-rbf-3c",  # kernel / SVM
-    "kernel-knn-uniform-euclidean",  # KNN (refused)
+    "kernel-knn-uniform-euclidean",  # KNN
     "pipe-gaussiannb-3c",  # naive Bayes
     "pipe-mlp-relu-3c",  # MLP
     "pipe-impute-scale-logreg-3c",  # pipelines / featurizers
@@ -60,18 +60,8 @@ _REFUSALS: dict[str, tuple[str, ...]] = {
     r"op svm_proba \(IR node": (
         "kernel-svc-rbf-2c-proba", "kernel-svc-linear-3c-proba", "kernel-svc-rbf-4c-proba-ovo",
         "kernel-nusvc-rbf-3c-proba", "kernel-pipe-scale-svc"),
-    # KNN, KNN_IMPUTE, QUANTILE, BSPLINE, INTERP, WEIGHTED_MEDIAN: no ONNX
-    # lowering yet (each refuses naming itself)
-    r"op knn \(IR node": (
-        "kernel-knn-uniform-euclidean", "kernel-knn-uniform-manhattan",
-        "kernel-knn-uniform-chebyshev", "kernel-knn-uniform-minkowski",
-        "kernel-knn-uniform-cosine", "kernel-knn-distance-euclidean",
-        "kernel-knn-distance-manhattan", "kernel-knn-distance-chebyshev",
-        "kernel-knn-distance-minkowski", "kernel-knn-distance-cosine",
-        "kernel-knnreg-uniform-euclidean", "kernel-knnreg-distance-manhattan",
-        "kernel-knnreg-uniform-chebyshev", "kernel-knnreg-distance-minkowski",
-        "kernel-knnreg-uniform-cosine", "kernel-knn-brute-distance",
-        "kernel-pipe-scale-kpca-knn"),
+    # KNN_IMPUTE, QUANTILE, BSPLINE, INTERP, WEIGHTED_MEDIAN: no ONNX
+    # lowering yet (each refuses naming itself); KNN exports (export/onnx_neighbours.py)
     r"op knn_impute": ("tf-knn-imputer-uniform", "tf-knn-imputer-distance"),
     r"op quantile": ("tf-quantile-uniform", "tf-quantile-normal", "tf-quantile-normal-full"),
     r"op bspline": ("tf-spline-constant", "tf-spline-linear-d1", "tf-spline-linear-d3",
@@ -152,7 +142,12 @@ def test_support_table_matches_refusals():
     """supported_models()'s onnx-export field (export/support.py) names every op the refusal
     list names, and only ops the exporter has no lowering for (category maps: lowered, but
     their string / pandas category inputs are not exported)."""
-    from peregrine.export import onnx_kernels, onnx_ops, onnx_trees  # noqa: F401
+    from peregrine.export import (  # noqa: F401
+        onnx_kernels,
+        onnx_neighbours,
+        onnx_ops,
+        onnx_trees,
+    )
     from peregrine.export.onnx_graph import LOWERINGS
     from peregrine.export.support import NOT_EXPORTED
 
@@ -164,6 +159,6 @@ def test_support_table_matches_refusals():
     rows = {r["model"]: r["backends"] for r in peregrine.supported_models()}
     assert set(NOT_EXPORTED) <= set(rows), sorted(set(NOT_EXPORTED) - set(rows))
     assert rows["RandomForestClassifier"]["onnx-export"] == "yes"
-    assert rows["KNeighborsClassifier"]["onnx-export"] == "no: op knn"
+    assert rows["KNeighborsClassifier"]["onnx-export"] == "yes"
     assert rows["SVC"]["onnx-export"].startswith("partial: not with probability=True")
     assert all(v == "yes" for k, v in rows["SVC"].items() if k != "onnx-export")

@@ -76,7 +76,7 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     from onnx import TensorProto, helper
 
     # importing registers the lowerings
-    from peregrine.export import onnx_kernels, onnx_ops, onnx_trees  # noqa: F401
+    from peregrine.export import onnx_kernels, onnx_neighbours, onnx_ops, onnx_trees  # noqa: F401
     from peregrine.export.onnx_float32 import float32_nodes, narrow_lowering, parse_precision
     from peregrine.export.onnx_graph import LOWERINGS, RUNNING_BACKENDS, Emitter
     from peregrine.export.onnx_tune import (

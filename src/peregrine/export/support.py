@@ -10,8 +10,6 @@ from __future__ import annotations
 
 # class name -> (op without an ONNX lowering, when: "" = always, else the configuration)
 NOT_EXPORTED: dict[str, tuple[str, str]] = {
-    "KNeighborsClassifier": ("knn", ""),
-    "KNeighborsRegressor": ("knn", ""),
     "KNNImputer": ("knn_impute", ""),
     "QuantileTransformer": ("quantile", ""),
     "SplineTransformer": ("bspline", ""),
