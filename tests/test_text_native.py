@@ -134,3 +134,29 @@ def test_strip_accents_spec_is_checked():
     spec = _spec(CountVectorizer(), ["ab bc cd"])
     with pytest.raises(ValueError, match="strip_accents"):
         dataclasses.replace(spec, strip_accents="latin")
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(ngram_range=(1, 2)),
+    dict(ngram_range=(1, 3), alternate_sign=False, n_features=7, stop_words=["ab", "東京"]),
+    dict(ngram_range=(2, 4), lowercase=False, token_pattern=r"\S+", norm=None),
+    dict(analyzer="char_wb", ngram_range=(2, 4), n_features=97, norm="l1"),
+])
+def test_hashing_kernel_matches_numpy_and_sklearn(kwargs):
+    """HashingVectorizer's compiled hashing (kernels/text_murmur.py) against the NumPy
+    murmurhash and sklearn's murmurhash3_32, surrogate-free text (sklearn encodes UTF-8)."""
+    from sklearn.feature_extraction.text import HashingVectorizer
+
+    rng = np.random.default_rng(7)
+    docs = _docs(rng, 400, [c for c in ALPHABET if c != "\ud800"])
+    vec = HashingVectorizer(**kwargs).fit(docs)
+    spec = _spec(vec, docs)
+    got = TextRunner(spec).matrix(docs)
+    ref = TextRunner(spec, compiled=False).matrix(docs)
+    want = vec.transform(docs).tocsr()
+    want.sum_duplicates()
+    want.eliminate_zeros()
+    for other in (ref, want):
+        np.testing.assert_array_equal(got.indptr, other.indptr)
+        np.testing.assert_array_equal(got.indices, other.indices)
+        np.testing.assert_array_equal(got.data, other.data)

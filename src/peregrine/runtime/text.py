@@ -87,6 +87,7 @@ class TextRunner:
         self.table = _class_table(spec.char_class)
         lo, hi = spec.ngram_range
         self.stop = frozenset(spec.stop_words)
+        self.compiled = compiled  # HashingVectorizer's compiled hashing (text_hash.py)
         self._native: Any = None if compiled and not spec.hashing and \
             spec.analyzer == "word" else False
         if spec.hashing or spec.analyzer != "word":

@@ -7,6 +7,8 @@ over all features at once, one 4-byte block position per step."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 from typing import Any
 
 import numpy as np
@@ -69,6 +71,42 @@ def _utf8(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return buf, offsets
 
 
+@functools.cache
+def _murmur_kernel() -> Any:
+    """The compiled hashing kernel (kernels/text_murmur.py), False where LLVM is missing."""
+    try:
+        from peregrine.kernels import jit
+        from peregrine.kernels.text_murmur import MurmurKernelSpec
+
+        address, _ = jit.kernel_address(MurmurKernelSpec())
+    except (ImportError, OSError, RuntimeError):
+        return False
+    return ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(address)
+
+
+def _compiled_features(spec: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                       doc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """hashed_features' (column, sign, document) from the compiled kernel, None without it."""
+    kernel = _murmur_kernel()
+    if not kernel:
+        return None
+    lo, hi = spec.ngram_range
+    m = int(starts.size)
+    longest = int((ends - starts).max()) if m else 0
+    codes = np.ascontiguousarray(codes, dtype=np.uint32)
+    tok_s, tok_e, tok_doc = (np.ascontiguousarray(v, dtype=np.int64)
+                             for v in (starts, ends, doc))
+    scratch = np.empty(hi * (4 * longest + 1) + 8, dtype=np.uint8)  # + the tail's slack
+    cap = max(m * (hi - lo + 1), 1)
+    col, sign, fdoc = (np.empty(cap, dtype=np.int64) for _ in range(3))
+    argv = np.array([codes.ctypes.data, tok_s.ctypes.data, tok_e.ctypes.data,
+                     tok_doc.ctypes.data, m, lo, hi, spec.n_features, int(spec.alternate_sign),
+                     scratch.ctypes.data, col.ctypes.data, sign.ctypes.data, fdoc.ctypes.data],
+                    dtype=np.int64)
+    k = int(kernel(argv.ctypes.data))
+    return col[:k], sign[:k], fdoc[:k]
+
+
 def hashed_spans(spec: Any, codes: np.ndarray, starts: np.ndarray,
                  ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(column, sign) of each span [s, e) of ``codes`` hashed whole (character n-grams)."""
@@ -88,6 +126,10 @@ def hashed_features(run: Any, codes: np.ndarray, starts: np.ndarray, ends: np.nd
             stop = run._stop_table = _Tokens(sorted(run.stop), spec.char_class)
         keep = stop.lookup(codes, starts, ends) < 0
         starts, ends, doc = starts[keep], ends[keep], doc[keep]
+    if getattr(run, "compiled", False):
+        got = _compiled_features(spec, codes, starts, ends, doc)
+        if got is not None:
+            return got
     buf, off = _utf8(codes)
     space = buf.size  # a space byte appended: the joint between n-gram tokens
     buf = np.concatenate((buf, np.frombuffer(b" ", dtype=np.uint8)))
