@@ -215,7 +215,7 @@ def bench_text(n_docs: int, repeats: int, ort_batch: int = 1000, ort: bool = Tru
     interleaved rounds (the ratio to read on a shared machine)."""
     import subprocess
 
-    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
@@ -226,6 +226,7 @@ def bench_text(n_docs: int, repeats: int, ort_batch: int = 1000, ort: bool = Tru
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # lbfgs stopping at max_iter: the model is a fixture
         vec = TfidfVectorizer(ngram_range=(1, 2)) if analyzer == "word" else \
+            HashingVectorizer(ngram_range=(1, 2)) if analyzer == "hashing" else \
             TfidfVectorizer(analyzer=analyzer, ngram_range=(2, 4))
         pipe = make_pipeline(vec, LogisticRegression(max_iter=50)).fit(docs[:20000],
                                                                        y[:20000])
@@ -267,11 +268,12 @@ def bench_text(n_docs: int, repeats: int, ort_batch: int = 1000, ort: bool = Tru
     cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
     model = next((ln.split(":", 1)[1].strip() for ln in cpu.splitlines()
                   if ln.startswith("Model name")), platform.processor())
-    vocab = len(pipe.steps[0][1].vocabulary_)
+    vocab = len(getattr(pipe.steps[0][1], "vocabulary_", ())) or pipe.steps[0][1].n_features
     sk_cpu = cpu_s["sklearn"]
-    what = "ngram_range=(1, 2)" if analyzer == "word" else \
-        f"analyzer={analyzer!r}, ngram_range=(2, 4)"
-    lines = [f"Text: TfidfVectorizer({what}) -> LogisticRegression, predict_proba "
+    what = "TfidfVectorizer(ngram_range=(1, 2))" if analyzer == "word" else \
+        "HashingVectorizer(ngram_range=(1, 2))" if analyzer == "hashing" else \
+        f"TfidfVectorizer(analyzer={analyzer!r}, ngram_range=(2, 4))"
+    lines = [f"Text: {what} -> LogisticRegression, predict_proba "
              f"on {n_docs:,} documents ({vocab:,}-term vocabulary), {model}, load "
              f"{os.getloadavg()[0]:.1f}; median of {repeats} (ORT: one run, batches of "
              f"{ort_batch})",
@@ -359,8 +361,9 @@ def main(argv=None) -> int:
                     help="with --text: leave ONNX Runtime out (minutes on 100K documents)")
     ap.add_argument("--text-columns", type=int, default=0, metavar="ROWS",
                     help="run only the ColumnTransformer-with-a-text-column case on ROWS rows")
-    ap.add_argument("--analyzer", default="word", choices=("word", "char", "char_wb"),
-                    help="with --text: the vectorizer's analyzer (char: ngram_range (2, 4))")
+    ap.add_argument("--analyzer", default="word", choices=("word", "char", "char_wb", "hashing"),
+                    help="with --text: the vectorizer's analyzer (char: ngram_range (2, 4)); "
+                    "hashing: HashingVectorizer(ngram_range=(1, 2))")
     args = ap.parse_args(argv)
     if args.text_columns:
         print(bench_text_columns(args.text_columns, args.repeats), flush=True)

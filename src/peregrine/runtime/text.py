@@ -166,7 +166,7 @@ class TextRunner:
             codes, starts, ends, doc = char_grams(docs, spec.analyzer, spec.lowercase,
                                                   spec.strip_accents, spec.ngram_range)
             if spec.hashing:
-                feat, sign = hashed_spans(spec, codes, starts, ends)
+                feat, sign = hashed_spans(spec, codes, starts, ends, self.compiled)
                 return _count_pairs(doc, feat, len(docs), spec.n_features, sign)
             ids = self.tokens.lookup(codes, starts, ends)
             ok = ids >= 0

@@ -85,12 +85,14 @@ def _murmur_kernel() -> Any:
 
 
 def _compiled_features(spec: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
-                       doc: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """hashed_features' (column, sign, document) from the compiled kernel, None without it."""
+                       doc: np.ndarray, ngrams: tuple[int, int] | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """hashed_features' (column, sign, document) from the compiled kernel, None without it;
+    ``ngrams`` (1, 1): each span hashed whole (character n-grams)."""
     kernel = _murmur_kernel()
     if not kernel:
         return None
-    lo, hi = spec.ngram_range
+    lo, hi = ngrams or spec.ngram_range
     m = int(starts.size)
     longest = int((ends - starts).max()) if m else 0
     codes = np.ascontiguousarray(codes, dtype=np.uint32)
@@ -107,9 +109,14 @@ def _compiled_features(spec: Any, codes: np.ndarray, starts: np.ndarray, ends: n
     return col[:k], sign[:k], fdoc[:k]
 
 
-def hashed_spans(spec: Any, codes: np.ndarray, starts: np.ndarray,
-                 ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def hashed_spans(spec: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 compiled: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(column, sign) of each span [s, e) of ``codes`` hashed whole (character n-grams)."""
+    if compiled:
+        got = _compiled_features(spec, codes, starts, ends, np.zeros(starts.size, np.int64),
+                                 ngrams=(1, 1))
+        if got is not None:
+            return got[0], got[1]
     buf, off = _utf8(codes)
     h = murmur3_32(buf, off[starts], off[ends] - off[starts]).astype(np.int64)
     sign = np.where(h < 0, -1, 1) if spec.alternate_sign else np.ones(h.size, np.int64)
