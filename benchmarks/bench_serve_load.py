@@ -77,10 +77,34 @@ def _xgboost_app(model_path: str):
     return Starlette(routes=[Route("/v1/predict_proba", endpoint, methods=["POST"])])
 
 
+def _steady_heap() -> None:
+    """glibc malloc thresholds for the empty handlers (PEREGRINE_BENCH_MALLOC=0: the defaults).
+
+    With glibc's defaults the empty handler, receiving 2.2 MB bodies and nothing else, grew its
+    heap for every body and trimmed it back when the body was freed: under ``perf`` 47% of its
+    CPU was page faults, zeroing and ``brk``/``munmap``, and it spent 2.6-2.7 ms per body.
+    ``peregrine serve`` does not (0.4% of its samples in page faults, the same CPU per body
+    with these thresholds or without), so the floor under it is the empty handler without the
+    churn: allocations up to 32 MiB stay on the heap, which is not trimmed below 256 MiB free
+    (0.7-0.9 ms per body; docs/deploy.md)."""
+    if os.environ.get("PEREGRINE_BENCH_MALLOC") == "0" or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL("libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc
+        return
+    mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD (also ends the dynamic threshold)
+    mallopt(-1, 256 << 20)  # M_TRIM_THRESHOLD
+
+
 def _run_app(kind: str, port: int, model_path: str | None) -> None:
     import uvicorn
 
     apps = {"empty": _empty_app, "empty-asgi": _empty_asgi_app}
+    if kind in apps:
+        _steady_heap()
     app = apps[kind]() if kind in apps else _xgboost_app(model_path)
     # lifespan off: the plain ASGI app has none (Starlette's would do nothing here)
     uvicorn.run(
