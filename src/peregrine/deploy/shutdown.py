@@ -12,7 +12,6 @@ import asyncio
 import logging
 import os
 import socket
-import unittest.mock
 
 import uvicorn
 from uvicorn.supervisors import multiprocess
@@ -26,8 +25,9 @@ class DrainingServer(uvicorn.Server):
     Under load, requests written in the last turn of the event loop before shutdown were lost
     to the reset of the backlog (several per SIGTERM with clients reconnecting). Here the
     backlog is accepted first (each connection drains: its request is answered with
-    ``Connection: close``), then the socket is closed. Only a connection completing in the microseconds between the last
-    ``accept`` and the close can still be reset; a client connecting after that is refused.
+    ``Connection: close``), then the socket is closed. Only a connection completing in the
+    microseconds between the last ``accept`` and the close can still be reset; a client
+    connecting after that is refused.
     """
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
@@ -100,5 +100,9 @@ class DrainingMultiprocess(multiprocess.Multiprocess):
         # uvicorn's supervisor creates its workers (at start, on restarts) as
         # ``multiprocess.Process``; the name is replaced for this supervisor's run only, and
         # the spawned workers unpickle the class by its own name, so they run DrainingServer
-        with unittest.mock.patch.object(multiprocess, "Process", DrainingProcess):
+        original = multiprocess.Process
+        multiprocess.Process = DrainingProcess
+        try:
             super().run()
+        finally:
+            multiprocess.Process = original
