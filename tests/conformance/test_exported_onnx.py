@@ -60,14 +60,13 @@ _REFUSALS: dict[str, tuple[str, ...]] = {
     r"op svm_proba \(IR node": (
         "kernel-svc-rbf-2c-proba", "kernel-svc-linear-3c-proba", "kernel-svc-rbf-4c-proba-ovo",
         "kernel-nusvc-rbf-3c-proba", "kernel-pipe-scale-svc"),
-    # KNN_IMPUTE, QUANTILE, BSPLINE, INTERP, WEIGHTED_MEDIAN: no ONNX
-    # lowering yet (each refuses naming itself); KNN exports (export/onnx_neighbours.py)
+    # KNN_IMPUTE, QUANTILE, BSPLINE, WEIGHTED_MEDIAN: no ONNX lowering yet (each refuses
+    # naming itself); KNN and INTERP export (export/onnx_neighbours.py, onnx_lookup.py)
     r"op knn_impute": ("tf-knn-imputer-uniform", "tf-knn-imputer-distance"),
     r"op quantile": ("tf-quantile-uniform", "tf-quantile-normal", "tf-quantile-normal-full"),
     r"op bspline": ("tf-spline-constant", "tf-spline-linear-d1", "tf-spline-linear-d3",
                     "tf-spline-continue", "tf-spline-periodic", "tf-spline-error",
                     "tf-spline-nan-zeros"),
-    r"op interp": ("meta-cal-isotonic-2c", "meta-cal-isotonic-3c"),
     r"op weighted_median": ("meta-ada-reg",),
     # networks (TorchStep, skorch): the float32 network ops (DENSE / ACTIVATION / BATCH_NORM,
     # torch's kernels) have no ONNX lowering yet; the first one reached names itself
@@ -144,6 +143,7 @@ def test_support_table_matches_refusals():
     their string / pandas category inputs are not exported)."""
     from peregrine.export import (  # noqa: F401
         onnx_kernels,
+        onnx_lookup,
         onnx_neighbours,
         onnx_ops,
         onnx_trees,

@@ -75,8 +75,13 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     onnx, _ = _require()
     from onnx import TensorProto, helper
 
-    # importing registers the lowerings
-    from peregrine.export import onnx_kernels, onnx_neighbours, onnx_ops, onnx_trees  # noqa: F401
+    from peregrine.export import (  # noqa: F401  (importing registers the lowerings)
+        onnx_kernels,
+        onnx_lookup,
+        onnx_neighbours,
+        onnx_ops,
+        onnx_trees,
+    )
     from peregrine.export.onnx_float32 import float32_nodes, narrow_lowering, parse_precision
     from peregrine.export.onnx_graph import LOWERINGS, RUNNING_BACKENDS, Emitter
     from peregrine.export.onnx_tune import (

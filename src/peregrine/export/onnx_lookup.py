@@ -1,0 +1,91 @@
+"""ONNX lowering of INTERP (np.interp per column: isotonic calibration's lookup,
+``ir/semantics/transformers.py``), in double, as NumPy's ``arr_interp`` computes it:
+
+- ``i`` = how many of the column's ``xp`` are <= x, minus one (the last ``xp[i] <= x``),
+  counted by comparing x with every table entry at once and a 0/1 matrix product (integers:
+  exact), as DIGITIZE's lowering;
+- x < xp[0] -> left, x > xp[-1] -> right, x == xp[i] -> fp[i] (the last of repeated xp, as
+  the binary search lands there), NaN -> NaN;
+- else ``slope * (x - xp[i]) + fp[i]`` with NumPy's slope ``(fp[i+1] - fp[i]) / (xp[i+1] -
+  xp[i])`` (computed here by NumPy itself: the same double), and NumPy's fallbacks where that
+  is NaN (an infinite x on a flat segment): ``slope * (x - xp[i+1]) + fp[i+1]``, then fp[i]
+  when the segment is flat;
+- a one-point table: x < xp -> left, x > xp -> right, else fp (NaN too), as NumPy.
+
+Every step is one IEEE operation on the same operands as NumPy's C loop (which is compiled
+without FMA contraction on x86-64's baseline): bit-equal values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto
+
+from peregrine.export.onnx_graph import Emitter, lowering
+from peregrine.ir.ops import Op
+
+DOUBLE = TensorProto.DOUBLE
+
+
+def _row(e: Emitter, v: Any, dtype: Any = np.float64) -> str:
+    return e.const(np.asarray(v, dtype).reshape(1, -1))
+
+
+@lowering(Op.INTERP)
+def lower_interp(e: Emitter, n: Any, ins: list[str]) -> str:
+    a, x = n.attrs, ins[0]
+    xps = [np.asarray(t, np.float64).reshape(-1) for t in a.xp]
+    fps = [np.asarray(t, np.float64).reshape(-1) for t in a.fp]
+    d = len(xps)
+    sizes = np.asarray([len(t) for t in xps], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    # count xp <= x per column: every (column, entry) pair compared at once
+    owner_col = np.concatenate([np.full(len(t), j, np.int64) for j, t in enumerate(xps)])
+    flat_xp = np.concatenate(xps)
+    picked = e.op("Gather", [x, e.const(owner_col)], axis=1)
+    le = e.op("Cast", [e.op("GreaterOrEqual", [picked, _row(e, flat_xp)])], to=DOUBLE)
+    owner = np.zeros((len(flat_xp), d))
+    owner[np.arange(len(flat_xp)), owner_col] = 1.0
+    count = e.op("Cast", [e.op("MatMul", [le, e.const(owner)])], to=TensorProto.INT64)
+    i = e.op("Sub", [count, _row(e, np.ones(d), np.int64)])  # -1: below the table
+    # the segment [xp[j], xp[j+1]] read: j = clip(i, 0, size - 2) (0 for one-point tables)
+    hi = np.maximum(sizes - 2, 0)
+    j = e.op("Min", [e.op("Max", [i, _row(e, np.zeros(d), np.int64)]), _row(e, hi, np.int64)])
+    at = e.op("Add", [j, _row(e, offsets, np.int64)])
+    nxt = e.op("Add", [at, _row(e, (sizes > 1).astype(np.int64), np.int64)])
+    slopes = np.zeros(len(flat_xp))
+    flat_fp = np.concatenate(fps)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for t, (xp, fp) in enumerate(zip(xps, fps)):
+            if len(xp) > 1:  # NumPy's own slopes: the same doubles
+                slopes[offsets[t]:offsets[t] + len(xp) - 1] = (fp[1:] - fp[:-1]) / (
+                    xp[1:] - xp[:-1])
+
+    def table(values: np.ndarray, idx: str) -> str:
+        return e.op("Gather", [e.const(values), idx], axis=0)
+
+    xp0, fp0 = table(flat_xp, at), table(flat_fp, at)
+    xp1, fp1 = table(flat_xp, nxt), table(flat_fp, nxt)
+    slope = table(slopes, at)
+    res = e.op("Add", [e.op("Mul", [slope, e.op("Sub", [x, xp0])]), fp0])
+    other = e.op("Add", [e.op("Mul", [slope, e.op("Sub", [x, xp1])]), fp1])
+    flat_seg = e.op("Equal", [fp0, fp1])
+    other = e.op("Where", [e.op("And", [e.op("IsNaN", [other]), flat_seg]), fp0, other])
+    res = e.op("Where", [e.op("IsNaN", [res]), other, res])
+    # exact hits: x == xp[i] -> fp[i] (i = j, or j + 1 past the last segment's start)
+    fp_i = table(flat_fp, e.op("Add", [e.op("Max", [i, _row(e, np.zeros(d), np.int64)]),
+                                       _row(e, offsets, np.int64)]))
+    xp_i = table(flat_xp, e.op("Add", [e.op("Max", [i, _row(e, np.zeros(d), np.int64)]),
+                                       _row(e, offsets, np.int64)]))
+    res = e.op("Where", [e.op("Equal", [x, xp_i]), fp_i, res])
+    first = _row(e, [t[0] for t in xps])
+    last = _row(e, [t[-1] for t in xps])
+    res = e.op("Where", [e.op("Less", [x, first]), _row(e, np.asarray(a.left, np.float64)),
+                         res])
+    res = e.op("Where", [e.op("Greater", [x, last]),
+                         _row(e, np.asarray(a.right, np.float64)), res])
+    # NaN -> NaN, except a one-point table's fp
+    single = sizes == 1
+    nan_to = np.where(single, [t[0] for t in fps], np.nan)
+    return e.op("Where", [e.op("IsNaN", [x]), _row(e, nan_to), res])
