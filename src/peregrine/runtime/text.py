@@ -33,7 +33,7 @@ import numpy as np
 
 from peregrine.errors import InputError
 from peregrine.ir.semantics.text import TextSpec
-from peregrine.runtime.text_char import char_grams
+from peregrine.runtime.text_char import char_grams, lookup_spans
 from peregrine.runtime.text_hash import hashed_features, hashed_spans
 from peregrine.runtime.text_tokens import (
     _SEP,
@@ -168,7 +168,7 @@ class TextRunner:
             if spec.hashing:
                 feat, sign = hashed_spans(spec, codes, starts, ends, self.compiled)
                 return _count_pairs(doc, feat, len(docs), spec.n_features, sign)
-            ids = self.tokens.lookup(codes, starts, ends)
+            ids = lookup_spans(self.tokens, codes, starts, ends, self.compiled)
             ok = ids >= 0
             return _count_pairs(doc[ok], ids[ok], len(docs), spec.n_features, None)
         codes, starts, ends, doc = self._tokens(docs)

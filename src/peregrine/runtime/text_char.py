@@ -19,6 +19,10 @@ runtime/text.py. No Python loop runs per document or per n-gram.
 
 from __future__ import annotations
 
+import ctypes
+import functools
+from typing import Any
+
 import numpy as np
 
 from peregrine.runtime.text_tokens import (
@@ -108,3 +112,39 @@ def char_grams(docs: list[str], analyzer: str, lowercase: bool, strip: str,
     short = plen < lo
     return (buf, np.concatenate((s, pstart[short])),
             np.concatenate((e, pstart[short] + plen[short])), np.concatenate((d, wdoc[short])))
+
+
+@functools.cache
+def _span_kernel() -> Any:
+    """The compiled span lookup (kernels/text_spans.py), False where LLVM is missing."""
+    try:
+        from peregrine.kernels import jit
+        from peregrine.kernels.text_spans import SpanKernelSpec
+
+        address, _ = jit.kernel_address(SpanKernelSpec())
+    except (ImportError, OSError, RuntimeError):
+        return False
+    return ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)(address)
+
+
+def lookup_spans(tokens: Any, codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                 compiled: bool = True) -> np.ndarray:
+    """``tokens.lookup`` (text_tokens._Tokens: the term of each span, -1 for none), by the
+    compiled kernel when there is one."""
+    kernel = _span_kernel() if compiled else False
+    if not kernel or not tokens.size:
+        return tokens.lookup(codes, starts, ends)
+    codes = np.ascontiguousarray(codes, dtype=np.uint32)
+    s, e = (np.ascontiguousarray(v, dtype=np.int64) for v in (starts, ends))
+    t = tokens.table
+    vcodes = np.ascontiguousarray(tokens.codes, dtype=np.uint32)
+    vstart, vlen = (np.ascontiguousarray(v, dtype=np.int64) for v in (tokens.starts,
+                                                                       tokens.lens))
+    out = np.empty(s.size, dtype=np.int64)
+    argv = np.array([codes.ctypes.data, s.ctypes.data, e.ctypes.data, s.size,
+                     t.slot_key.ctypes.data, t.slot_val.ctypes.data, t.mask, int(t.shift),
+                     tokens.base if tokens.base < 1 << 63 else tokens.base - (1 << 64),
+                     vcodes.ctypes.data, vstart.ctypes.data, vlen.ctypes.data,
+                     out.ctypes.data], dtype=np.int64)
+    kernel(argv.ctypes.data)
+    return out
