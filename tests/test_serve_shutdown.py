@@ -204,18 +204,21 @@ async def _hello(scope, receive, send):
     await send({"type": "http.response.body", "body": b"hi"})
 
 
-def test_a_request_on_an_idle_keep_alive_connection_after_shutdown_is_answered():
-    """Deterministic: uvicorn closed this connection at once, losing the request written
-    next; drained, the request gets its answer with Connection: close, then the close."""
+def test_a_request_on_an_idle_keep_alive_connection_after_shutdown_is_answered(monkeypatch):
+    """Deterministic: uvicorn closed these connections at once, losing the request written
+    next; drained, a request gets its answer with Connection: close, then the close; part of
+    a request's head restarts the idle window; a connection left idle closes after it."""
     import uvicorn
 
-    from peregrine.deploy.protocol import DRAIN_IDLE_SECONDS, draining_protocol
+    from peregrine.deploy import protocol
     from peregrine.deploy.shutdown import DrainingServer
 
+    window = 2.0  # wide margins for a loaded machine (the default is 0.5 s)
+    monkeypatch.setattr(protocol, "DRAIN_IDLE_SECONDS", window)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    config = uvicorn.Config(_hello, http=draining_protocol(), log_level="warning")
+    config = uvicorn.Config(_hello, http=protocol.draining_protocol(), log_level="warning")
     server = DrainingServer(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
@@ -224,18 +227,27 @@ def test_a_request_on_an_idle_keep_alive_connection_after_shutdown_is_answered()
         time.sleep(0.01)
     request = b"GET / HTTP/1.1\r\nHost: t\r\n\r\n"
     idle = socket.create_connection(("127.0.0.1", port), timeout=10)  # never sends
+    slow = socket.create_connection(("127.0.0.1", port), timeout=10)  # sends its head in two
     with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-        conn.sendall(request)
-        assert _read_answer(conn) == (200, b"hi", False)  # keep-alive
+        for c in (conn, slow):
+            c.sendall(request)
+            assert _read_answer(c) == (200, b"hi", False)  # keep-alive
         server.should_exit = True  # what SIGTERM does
-        time.sleep(0.3)  # uvicorn is shutting down; the connection is idle, not closed
-        assert DRAIN_IDLE_SECONDS > 0.3 and not _closed_by_peer(conn)
+        t0 = time.monotonic()
+        time.sleep(0.3)  # uvicorn is shutting down; the connections are idle, not closed
+        assert not _closed_by_peer(conn) and not _closed_by_peer(slow)
         conn.sendall(request)
         assert _read_answer(conn) == (200, b"hi", True)  # answered, then Connection: close
         assert conn.recv(1) == b""
-    t0 = time.monotonic()
+    time.sleep(max(0.0, t0 + window - 0.5 - time.monotonic()))
+    slow.sendall(request[:10])  # within the first window
+    time.sleep(max(0.0, t0 + window + 0.5 - time.monotonic()))  # past the first window
+    assert not _closed_by_peer(slow)
+    slow.sendall(request[10:])
+    assert _read_answer(slow) == (200, b"hi", True)
+    slow.close()
     assert idle.recv(1) == b""  # an idle connection is closed once it stayed idle that long
-    assert time.monotonic() - t0 < DRAIN_IDLE_SECONDS + 5
+    assert time.monotonic() - t0 < window + 10
     idle.close()
     with pytest.raises(OSError):  # the listener closed when the shutdown began
         socket.create_connection(("127.0.0.1", port), timeout=5).close()

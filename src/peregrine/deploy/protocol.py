@@ -17,7 +17,7 @@ ends:
   uvicorn does);
 - an answer already under way completes; the connection then counts as idle;
 - an idle connection stays open for ``DRAIN_IDLE_SECONDS``, to let a request already sent reach
-  the server, and is closed if none came. Only a request written exactly as that close happens
+  the server, and is closed if none came (part of a request's head restarts the wait). Only a request written exactly as that close happens
   (after the client left the connection idle for that long) can still meet it: no request the
   server has read is ever dropped, so a client that sees its connection end without an answer
   may retry (scoring is idempotent).
@@ -73,6 +73,8 @@ class _Draining:
                 self._cancel_idle_close()
                 if not cycle.response_started:
                     cycle.keep_alive = False
+            elif self._drain_timer is not None:
+                self._arm_idle_close()  # part of a request's head: the idle window restarts
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
