@@ -291,3 +291,48 @@ def test_spec_rejects_unknown_rule(models):
     with pytest.raises(ValueError, match="sparse_absent"):
         dataclasses.replace(spec, sparse_absent="one")
 
+
+
+# ------------------------------------------------------------- the sparse linear path --
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_linear_path_is_sklearns_sum(backend):
+    """LogisticRegression / Ridge / MultinomialNB on a sparse matrix: the product is scipy's
+    CSR x dense, the call scikit-learn makes, so decision_function is sklearn's bits (the bias
+    is added after it, as sklearn adds intercept_); the other methods within the tolerance."""
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.naive_bayes import MultinomialNB
+
+    X = sparse.random(400, 300, density=0.02, format="csr", random_state=3)
+    y = RNG.integers(0, 3, 400)
+    for model in (LogisticRegression(max_iter=300).fit(X, y), Ridge().fit(X, y * 1.5),
+                  MultinomialNB().fit(X, y)):
+        compiled = _compile(model, backend)
+        T = sparse.random(120, 300, density=0.02, format="csr", random_state=4)
+        assert_same(model, compiled, T)
+        assert compiled.__dict__["_sparse_plan"] is not None  # the path was taken
+        if backend in ("reference", "native") and hasattr(model, "decision_function"):
+            np.testing.assert_array_equal(compiled.decision_function(T),
+                                          model.decision_function(T))
+
+
+def test_linear_path_and_dense_blocks_agree(monkeypatch):
+    from sklearn.linear_model import LogisticRegression
+
+    from peregrine.runtime import sparse_linear
+
+    X = sparse.random(300, 200, density=0.05, format="csr", random_state=5)
+    model = LogisticRegression(max_iter=300).fit(X, RNG.integers(0, 4, 300))
+    compiled = peregrine.compile(model, backend="native")
+    T = sparse.random(100, 200, density=0.05, format="csc", random_state=6)
+    sparse_path = compiled.predict_proba(T)
+    monkeypatch.setattr(sparse_linear, "DENSITY_K", 0.0)  # always the dense blocks
+    np.testing.assert_allclose(compiled.predict_proba(T), sparse_path, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(compiled.predict(T), model.predict(T))
+
+
+def test_linear_path_not_taken_elsewhere(models):
+    """Trees and XGBoost (absent = missing): no plan; they take the dense blocks."""
+    from peregrine.runtime.sparse_linear import linear_plan
+
+    for name in ("forest", "xgb"):
+        assert linear_plan(peregrine.compile(models[name], backend="reference")) is None, name
