@@ -201,8 +201,10 @@ def _top_levels(pairs: np.ndarray, layout: Layout, depth: int, n_trees: int):
     if layout is not Layout.PERFECT or pairs.size == 1 or slots == 0:
         return np.zeros(1, np.int64), 0
     stride = -(-n_trees // TOP_PAD) * TOP_PAD  # walks may read a whole group past the last tree
-    out = aligned(slots * stride, np.int64)
+    # ... and past the stride too, in the last slot, when lanes x walks does not divide it
+    # (8 x 6 trees a group: 500 trees read up to tree 527 of a 512 stride)
+    out = aligned(slots * stride + TOP_PAD, np.int64)
     out[:] = 0
     per_tree = pairs[: n_trees * (2**depth - 1)].reshape(n_trees, 2**depth - 1)
-    out.reshape(slots, stride)[:, :n_trees] = per_tree[:, :slots].T
+    out[:slots * stride].reshape(slots, stride)[:, :n_trees] = per_tree[:, :slots].T
     return out, stride
