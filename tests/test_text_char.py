@@ -86,3 +86,20 @@ def test_char_stop_words_ignored_and_artifact(tmp_path):
     _same_csr(fast.transform(TEST), vec.transform(TEST))
     fast.save(tmp_path / "v.peregrine")
     _same_csr(peregrine.load(tmp_path / "v.peregrine").transform(TEST), vec.transform(TEST))
+
+
+def test_span_kernel_matches_numpy_lookup():
+    """kernels/text_spans.py against text_tokens._Tokens.lookup on every span of random text
+    (terms, strings one code point off, other lengths, the empty span)."""
+    from peregrine.runtime.text_char import lookup_spans
+    from peregrine.runtime.text_tokens import _codes, _Tokens
+
+    rng = np.random.default_rng(5)
+    terms = sorted({"".join(rng.choice(PIECES[:20], rng.integers(1, 5))) for _ in range(300)})
+    table = _Tokens(terms, "word")
+    codes = _codes(" ".join(TEST + terms))
+    starts = rng.integers(0, codes.size - 6, 20000)
+    ends = starts + rng.integers(0, 6, starts.size)
+    want = table.lookup(codes, starts, ends)
+    assert (want >= 0).sum() > 100
+    np.testing.assert_array_equal(lookup_spans(table, codes, starts, ends), want)
