@@ -55,13 +55,9 @@ DEFAULT = {
 # case id -> a pattern the UnsupportedModelError must contain (the op the exporter cannot
 # express). Found by running the full matrix; docs/export.md's table says why each refuses.
 _REFUSALS: dict[str, tuple[str, ...]] = {
-    # SVM_PROBA (libsvm's pairwise coupling iteration, SVC(probability=True)): no ONNX
-    # lowering yet; the kernels themselves (KERNEL, OVR_DECISION) export
-    r"op svm_proba \(IR node": (
-        "kernel-svc-rbf-2c-proba", "kernel-svc-linear-3c-proba", "kernel-svc-rbf-4c-proba-ovo",
-        "kernel-nusvc-rbf-3c-proba", "kernel-pipe-scale-svc"),
     # KNN_IMPUTE, QUANTILE, BSPLINE, WEIGHTED_MEDIAN: no ONNX lowering yet (each refuses
-    # naming itself); KNN and INTERP export (export/onnx_neighbours.py, onnx_lookup.py)
+    # naming itself); KNN, INTERP and SVM_PROBA export (export/onnx_neighbours.py,
+    # onnx_lookup.py, onnx_kernels.py)
     r"op knn_impute": ("tf-knn-imputer-uniform", "tf-knn-imputer-distance"),
     r"op quantile": ("tf-quantile-uniform", "tf-quantile-normal", "tf-quantile-normal-full"),
     r"op bspline": ("tf-spline-constant", "tf-spline-linear-d1", "tf-spline-linear-d3",
@@ -160,5 +156,5 @@ def test_support_table_matches_refusals():
     assert set(NOT_EXPORTED) <= set(rows), sorted(set(NOT_EXPORTED) - set(rows))
     assert rows["RandomForestClassifier"]["onnx-export"] == "yes"
     assert rows["KNeighborsClassifier"]["onnx-export"] == "yes"
-    assert rows["SVC"]["onnx-export"].startswith("partial: not with probability=True")
+    assert rows["SVC"]["onnx-export"] == "yes"
     assert all(v == "yes" for k, v in rows["SVC"].items() if k != "onnx-export")

@@ -117,3 +117,115 @@ def lower_ovr_decision(e: Emitter, n: Any, ins: list[str]) -> str:
     den = e.op("Mul", [e.const(_k(3.0)),
                        e.op("Add", [e.op("Abs", [sums]), e.const(_k(1.0))])])
     return e.op("Add", [votes, e.op("Div", [sums, den])])
+
+
+def _col(e: Emitter, x: str, c: int) -> str:
+    return e.op("Slice", [x, e.const(np.asarray([c], np.int64)),
+                          e.const(np.asarray([c + 1], np.int64)),
+                          e.const(np.asarray([1], np.int64))])
+
+
+def _platt(e: Emitter, dec: str, a: float, b: float) -> str:
+    """semantics.kernels.platt: f = dec * A + B; e/(1+e) with e = exp(-|f|) where f >= 0,
+    else 1/(1+exp(min(f, 0))); both branches computed, Where picks the rule's."""
+    f = e.op("Add", [e.op("Mul", [dec, e.const(_k(a))]), e.const(_k(b))])
+    ex = e.op("Exp", [e.op("Neg", [e.op("Abs", [f])])])
+    one = e.const(_k(1.0))
+    pos = e.op("Div", [ex, e.op("Add", [one, ex])])
+    neg = e.op("Div", [one, e.op("Add", [one, e.op("Exp", [
+        e.op("Min", [f, e.const(_k(0.0))])])])])
+    return e.op("Where", [e.op("GreaterOrEqual", [f, e.const(_k(0.0))]), pos, neg])
+
+
+@lowering(Op.SVM_PROBA)
+def lower_svm_proba(e: Emitter, n: Any, ins: list[str]) -> str:
+    """libsvm's svm_predict_probability (semantics.kernels.SvmProba) step for step: Platt per
+    pair clipped to [1e-7, 1 - 1e-7], Q (coupling_q's sums in its order), then the coupling
+    iteration as an ONNX Loop of at most max(100, k) trips, each row's probabilities frozen
+    from the trip its own stopping test passes and the Loop ending when no row is active
+    (the rule's break); inside a trip the rule's per-class updates, unrolled over the k
+    classes, each an IEEE operation on the rule's operands in its order."""
+    from onnx import helper
+
+    a, dec = n.attrs, ins[0]
+    k = int(a.n_classes)
+    prob_a = np.asarray(a.prob_a, np.float64).reshape(-1)
+    prob_b = np.asarray(a.prob_b, np.float64).reshape(-1)
+    lo, hi = e.const(_k(1e-7)), e.const(_k(1 - 1e-7))
+    one = e.const(_k(1.0))
+    r: dict[tuple[int, int], str] = {}
+    for c, (i, j) in enumerate(class_pairs(k)):
+        p = _platt(e, _col(e, dec, c), float(prob_a[c]), float(prob_b[c]))
+        p = e.op("Min", [e.op("Max", [p, lo]), hi])
+        r[i, j], r[j, i] = p, e.op("Sub", [one, p])
+    q: dict[tuple[int, int], str] = {}
+    for t in range(k):
+        acc = None
+        for j in range(k):
+            if j != t:
+                sq = e.op("Mul", [r[j, t], r[j, t]])
+                acc = sq if acc is None else e.op("Add", [acc, sq])
+        assert acc is not None
+        q[t, t] = acc
+        for j in range(t + 1, k):
+            q[t, j] = q[j, t] = e.op("Mul", [e.op("Neg", [r[j, t]]), r[t, j]])
+    rows = e.op("Slice", [e.op("Shape", [dec]), e.const(np.asarray([0], np.int64)),
+                          e.const(np.asarray([1], np.int64))])
+    p0 = e.op("Expand", [e.const(np.full((1, k), 1.0 / k)),
+                         e.op("Concat", [rows, e.const(np.asarray([k], np.int64))], axis=0)])
+    active0 = e.op("Expand", [e.const(np.ones((1, 1), bool)),
+                              e.op("Concat", [rows, e.const(np.asarray([1], np.int64))],
+                                   axis=0)])
+
+    outer, casts = e.nodes, dict(e._casts)
+    e.nodes = []
+    try:
+        it, cond_in = e.fresh("iter"), e.fresh("cond_in")
+        p_in, active_in = e.fresh("p_in"), e.fresh("active_in")
+        cols = [_col(e, p_in, t) for t in range(k)]
+        qp = []
+        for t in range(k):
+            acc = None
+            for j in range(k):
+                term = e.op("Mul", [q[t, j], cols[j]])
+                acc = term if acc is None else e.op("Add", [acc, term])
+            qp.append(acc)
+        pqp = None
+        for t in range(k):
+            term = e.op("Mul", [cols[t], qp[t]])
+            pqp = term if pqp is None else e.op("Add", [pqp, term])
+        assert pqp is not None
+        gap = e.op("Max", [e.op("Abs", [e.op("Sub", [v, pqp])]) for v in qp])
+        done = e.op("Less", [gap, e.const(_k(0.005 / k))])
+        active = e.op("And", [active_in, e.op("Not", [done])])
+        new = list(cols)
+        two = e.const(_k(2.0))
+        for t in range(k):
+            qtt = q[t, t]
+            diff = e.op("Div", [e.op("Add", [e.op("Neg", [qp[t]]), pqp]), qtt])
+            new[t] = e.op("Add", [new[t], diff])
+            opd = e.op("Add", [one, diff])
+            inner = e.op("Add", [e.op("Mul", [diff, qtt]), e.op("Mul", [two, qp[t]])])
+            pqp = e.op("Div", [e.op("Div", [e.op("Add", [pqp, e.op("Mul", [diff, inner])]),
+                                            opd]), opd])
+            qp = [e.op("Div", [e.op("Add", [qp[j], e.op("Mul", [diff, q[t, j]])]), opd])
+                  for j in range(k)]
+            new = [e.op("Div", [v, opd]) for v in new]
+        p_out = e.op("Where", [active, e.op("Concat", new, axis=1), p_in])
+        cond_out = e.op("Cast", [e.op("ReduceMax", [e.op("Cast", [active], to=DOUBLE)],
+                                      keepdims=0)], to=TensorProto.BOOL)
+        body_nodes = e.nodes
+    finally:
+        e.nodes, e._casts = outer, casts
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        body_nodes, e.fresh("coupling"),
+        [vi(it, TensorProto.INT64, []), vi(cond_in, TensorProto.BOOL, []),
+         vi(p_in, DOUBLE, None), vi(active_in, TensorProto.BOOL, None)],
+        [vi(cond_out, TensorProto.BOOL, []), vi(p_out, DOUBLE, None),
+         vi(active, TensorProto.BOOL, None)])
+    p_final, active_final = e.fresh("p_final"), e.fresh("active_final")
+    e.nodes.append(helper.make_node(
+        "Loop", [e.const(np.asarray(max(100, k), np.int64)), e.const(np.asarray(True)),
+                 p0, active0], [p_final, active_final], name=p_final, body=body))
+    return p_final

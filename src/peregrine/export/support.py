@@ -14,8 +14,6 @@ NOT_EXPORTED: dict[str, tuple[str, str]] = {
     "QuantileTransformer": ("quantile", ""),
     "SplineTransformer": ("bspline", ""),
     "AdaBoostRegressor": ("weighted_median", ""),
-    "SVC": ("svm_proba", "probability=True"),
-    "NuSVC": ("svm_proba", "probability=True"),
     "TorchStep": ("dense/activation/batch_norm", ""),
     "NeuralNetClassifier": ("dense/activation/batch_norm", ""),
     "NeuralNetBinaryClassifier": ("dense/activation/batch_norm", ""),
