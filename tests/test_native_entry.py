@@ -99,6 +99,10 @@ def test_other_inputs_take_the_python_path(xgb_model):
         c.predict_proba(np.zeros((2, 3, 7), np.float32))
     with pytest.raises(TypeError):
         c.predict_proba()
+    with pytest.raises(TypeError):
+        c.predict_proba(X, X)
+    row = X[:1].astype(np.float32)
+    np.testing.assert_array_equal(c.predict_proba(X=row), m.predict_proba(row))
 
 
 def test_threads_share_the_builtin(xgb_model):

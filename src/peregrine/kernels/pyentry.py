@@ -4,8 +4,9 @@ One call of a compiled model on one row costs the kernel (~2-3 us for 500 trees)
 Python does around it: an attribute lookup, the inline input checks, a copy into the kernel's
 buffer, the ctypes call (argument conversion, GIL hand-off) and a cast of the output into a new
 array. Each step is 0.1-0.3 us in Python; together they were ~1.6 us. This module generates,
-with LLVM, one function ``PyObject *entry(PyObject *self, PyObject *X)`` (a METH_O builtin, so
-CPython calls it without building an argument tuple) that does those steps in machine code:
+with LLVM, one function ``PyObject *entry(self, args, nargs, kwnames)`` (a METH_FASTCALL
+builtin, so CPython calls it without building an argument tuple) that does those steps in
+machine code for a call with one positional argument X:
 
 * checks that X is exactly an ``np.ndarray`` with 2 dimensions, the model's width, 1 to
   ``max_rows`` rows and a float32 or float64 dtype in native byte order (others: fallback);
@@ -17,7 +18,8 @@ CPython calls it without building an argument tuple) that does those steps in ma
   it as ``astype`` would (float32: ``fptrunc``; int64 class indices: ``fptosi``).
 
 Anything else (another type, a non-finite value the model rejects, too many rows or features
-for the stack buffers) calls the Python ``fallback`` with X and returns what it returns: the
+for the stack buffers; ``X=`` as a keyword or another argument count: the call as made) calls
+the Python ``fallback`` and returns what it returns: the
 entry is an accelerator for the cases it checks, never a second set of rules. Every call keeps
 its buffers on its own stack, so threads may call it at once (the kernel runs without the GIL).
 
@@ -52,7 +54,7 @@ OUT_CAP = 1024
 # context block slots (int64 each)
 CTX = ("n_features", "max_rows", "width", "out_stride", "out_code", "out_typenum",
        "finite_only", "fallback", "array_type", "array_new", "save_thread", "restore_thread",
-       "call_one", "cmp32_f32", "cmp32_f64", "fn_f32", "fn_f64",
+       "call_one", "vectorcall", "cmp32_f32", "cmp32_f64", "fn_f32", "fn_f64",
        "args_f32", "args_f64", "n_args", "arg_x", "arg_stride", "arg_re", "arg_out")
 _C = {name: i for i, name in enumerate(CTX)}
 OUT_CODES = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.int64): 2}
@@ -60,13 +62,13 @@ OUT_CODES = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.int64
 OB_TYPE, TUPLE_ITEM0 = 8, 24
 ARR_DATA, ARR_ND, ARR_DIMS, ARR_STRIDES, ARR_DESCR = 16, 24, 32, 40, 56
 DESCR_BYTEORDER, DESCR_TYPE_NUM = 26, 28  # PyArray_Descr, NumPy 1.x and 2.x alike
-METH_O = 0x0008
+METH_FASTCALL_KEYWORDS = 0x0080 | 0x0002
 
 
 class _EntrySource:
     """The entry's LLVM module, for ``jit.kernel_address`` (cached on disk like kernels)."""
 
-    symbol = "peregrine_pyentry_v1"
+    symbol = "peregrine_pyentry_v2"
 
     @property
     def key(self) -> str:
@@ -79,10 +81,11 @@ class _EntrySource:
 def _build(symbol: str, triple: str) -> ir.Module:
     module = ir.Module(name=symbol)
     module.triple = triple
-    fn = ir.Function(module, ir.FunctionType(PTR, [PTR, PTR]), name=symbol)
+    # METH_FASTCALL | METH_KEYWORDS: (self, args, nargs, kwnames)
+    fn = ir.Function(module, ir.FunctionType(PTR, [PTR, PTR, I64, PTR]), name=symbol)
     entry = fn.append_basic_block("entry")
     b = ir.IRBuilder(entry)
-    self_, X = fn.args
+    self_, argv, nargs, kwnames = fn.args
 
     def at(p: ir.Value, off: int, typ: ir.Type = I64) -> ir.Value:
         return b.load(gep(b, p, [ir.Constant(I64, off)], source_etype=ir.IntType(8)), typ=typ)
@@ -97,6 +100,19 @@ def _build(symbol: str, triple: str) -> ir.Module:
     def c(name: str) -> ir.Value:
         return b.load(gep(b, ctx, [ir.Constant(I64, _C[name])], source_etype=I64), typ=I64)
 
+    # one positional argument and no keywords, else the fallback gets the call as it came
+    # (``X=...``, no argument, two: the Python function's own handling and errors)
+    one = fn.append_basic_block("one")
+    other = fn.append_basic_block("other")
+    plain = b.and_(b.icmp_signed("==", nargs, ir.Constant(I64, 1)),
+                   b.icmp_unsigned("==", kwnames, ir.Constant(PTR, None)))
+    b.cbranch(plain, one, other)
+    b.position_at_end(other)
+    vcall_ty = ir.FunctionType(PTR, [PTR, PTR, I64, PTR])
+    b.ret(b.call(_fnptr(b, c("vectorcall"), vcall_ty),
+                 [b.inttoptr(c("fallback"), PTR), argv, nargs, kwnames]))
+    b.position_at_end(one)
+    X = b.load(argv, typ=PTR)
     fallback = fn.append_basic_block("fallback")
     checks = [fn.append_basic_block(f"check{i}") for i in range(4)]
     # X is exactly an ndarray of 2 dimensions
@@ -355,6 +371,7 @@ def make_entry(name: str, doc: str, fallback: Any, *, n_features: int, max_rows:
         "save_thread": _addr(_api.PyEval_SaveThread),
         "restore_thread": _addr(_api.PyEval_RestoreThread),
         "call_one": _addr(_api.PyObject_CallOneArg),
+        "vectorcall": _addr(_api.PyObject_Vectorcall),
         "cmp32_f32": int(f32[1]), "cmp32_f64": int(f64[1]), "fn_f32": f32[0], "fn_f64": f64[0],
         "args_f32": f32[2].ctypes.data, "args_f64": f64[2].ctypes.data,
         "n_args": len(f32[2]), "arg_x": slots["x"], "arg_stride": slots["stride"],
@@ -363,8 +380,8 @@ def make_entry(name: str, doc: str, fallback: Any, *, n_features: int, max_rows:
     if len(f32[2]) != len(f64[2]) or len(f32[2]) > 16:
         return None
     ctx = np.array([values[k] for k in CTX], np.int64)
-    text_sig = f"{name}(X, /)\n--\n\n{inspect.cleandoc(doc or '')}"
-    mdef = _MethodDef(name.encode(), addr, METH_O, text_sig.encode())
+    text_sig = f"{name}(X)\n--\n\n{inspect.cleandoc(doc or '')}"
+    mdef = _MethodDef(name.encode(), addr, METH_FASTCALL_KEYWORDS, text_sig.encode())
     # self: the context first (the entry reads item 0), then whatever must outlive the calls
     self = (ctx, fallback, mdef, f32[2], f64[2], keep)
     new = _api.PyCFunction_NewEx
