@@ -44,6 +44,16 @@ def _cpu() -> str:
     return platform.processor() or "unknown CPU"
 
 
+def _random_csr(rows: int, cols: int, density: float, seed: int):
+    """A CSR with about ``density`` of its entries stored, uniform in [0, 1) (scipy's
+    sparse.random permutes all rows x cols positions: 37 GiB at 100,000 x 50,000)."""
+    rng = np.random.default_rng(seed)
+    n = int(rows * cols * density)
+    coo = sparse.coo_matrix((rng.random(n), (rng.integers(0, rows, n), rng.integers(0, cols, n))),
+                            shape=(rows, cols))
+    return coo.tocsr()  # duplicates summed
+
+
 def _timed(fns: dict, X, rounds: int) -> dict[str, tuple[float, float]]:
     """name -> (best thread CPU s, median wall s), the systems interleaved per round."""
     cpu: dict[str, list[float]] = {k: [] for k in fns}
@@ -81,10 +91,10 @@ def case_logreg(rows: int, cols: int, density: float, rounds: int) -> str:
     from sklearn.linear_model import LogisticRegression
 
     rng = np.random.default_rng(0)
-    fit = sparse.random(20_000, cols, density=density * 5, format="csr", random_state=1)
+    fit = _random_csr(20_000, cols, density * 5, 1)
     y = rng.integers(0, 3, fit.shape[0])
     model = LogisticRegression(max_iter=100).fit(fit, y)
-    X = sparse.random(rows, cols, density=density, format="csr", random_state=2)
+    X = _random_csr(rows, cols, density, 2)
     fns = {"scikit-learn": model.predict_proba}
     for backend in ("native", "torch"):
         fns[f"Peregrine {backend}"] = peregrine.compile(model, backend=backend, options=ONE).predict_proba
@@ -102,11 +112,11 @@ def case_xgboost(rows: int, cols: int, density: float, rounds: int) -> str:
     import xgboost as xgb
 
     rng = np.random.default_rng(0)
-    fit = sparse.random(20_000, cols, density=density, format="csr", random_state=3)
+    fit = _random_csr(20_000, cols, density, 3)
     y = (np.asarray(fit[:, :5].sum(axis=1)).ravel() > 0.1).astype(int) ^ \
         (rng.random(fit.shape[0]) < 0.1)
     model = xgb.XGBClassifier(n_estimators=100, max_depth=6, nthread=1).fit(fit, y)
-    X = sparse.random(rows, cols, density=density, format="csr", random_state=4)
+    X = _random_csr(rows, cols, density, 4)
     compiled = peregrine.compile(model, backend="native", options=ONE)
     fns = {"XGBoost 3.2 (nthread=1)": model.predict_proba,
            "Peregrine native": compiled.predict_proba}
@@ -156,7 +166,7 @@ def crossover(rows: int, cols: int, rounds: int, classes: int) -> str:
     from peregrine.runtime import sparse_linear
 
     rng = np.random.default_rng(0)
-    fit = sparse.random(5000, cols, density=0.05, format="csr", random_state=1)
+    fit = _random_csr(5000, cols, 0.05, 1)
     model = LogisticRegression(max_iter=100).fit(fit, rng.integers(0, classes, 5000))
     compiled = peregrine.compile(model, backend="native", options=ONE)
     lines = [f"\nsparse linear path vs dense blocks (LogisticRegression {classes} classes, native, "
@@ -165,7 +175,7 @@ def crossover(rows: int, cols: int, rounds: int, classes: int) -> str:
     saved = sparse_linear.DENSITY_K
     try:
         for density in (0.01, 0.05, 0.1, 0.2, 0.4, 0.7, 1.0):
-            X = sparse.random(rows, cols, density=density, format="csr", random_state=2)
+            X = _random_csr(rows, cols, density, 2)
             t = {}
             for label, limit in (("sparse", 1e9), ("dense", 0.0)):
                 sparse_linear.DENSITY_K = limit

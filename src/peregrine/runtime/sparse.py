@@ -7,7 +7,7 @@ explicitly stored 0 stays a present 0 and a stored NaN stays NaN for every libra
 
 The graph reads dense rows, so the matrix is made dense one block of rows at a time (at most
 ``BLOCK_BYTES`` of dense values per block) and the blocks' answers are concatenated: a
-1M x 100K CSR never becomes a 800 GB array. Where the program's first op on the input is a
+1M x 100K CSR never becomes an 800 GB array. Where the program's first op on the input is a
 linear layer and the matrix is sparse enough, the product is taken on the sparse matrix itself
 (``runtime/sparse_linear.py``) and no dense row is ever built.
 """
@@ -22,9 +22,11 @@ import numpy as np
 from peregrine.errors import InputError
 from peregrine.ir.spec import ModelSpec
 
-# dense bytes per block of rows: large enough that a block's fixed cost (one executable run,
-# ~50 us) is noise, small enough to stay in memory beside the model (docs/sparse.md)
-BLOCK_BYTES = 64 << 20
+# dense bytes per block of rows: small enough that the block is still in cache when the kernel
+# reads it (filling 100,000 x 500 at density 0.05 took 82 ms of thread time in 64 MiB blocks,
+# 17 ms in 8 MiB and 16 ms in 2 MiB ones, Zen 4), large enough that a block's fixed cost (one
+# executable run, tens of us) stays small (docs/sparse.md)
+BLOCK_BYTES = 4 << 20
 FORMATS = ("csr", "csc", "coo")
 
 
@@ -109,8 +111,11 @@ def dense_rows(csr: Any, start: int, stop: int, spec: ModelSpec) -> np.ndarray:
         out = np.full(shape, np.nan, dtype=csr.dtype)
     else:
         out = np.zeros(shape, dtype=csr.dtype)
-    rows = np.repeat(np.arange(stop - start), np.diff(csr.indptr[start:stop + 1]))
-    out[rows, csr.indices[lo:hi]] = csr.data[lo:hi]  # canonical: one entry per position
+    # flat positions (row offset + column): one put, ~25% less time than out[rows, cols]
+    at = np.repeat(np.arange(0, out.size, shape[1], dtype=np.int64),
+                   np.diff(csr.indptr[start:stop + 1]))
+    at += csr.indices[lo:hi]
+    out.ravel()[at] = csr.data[lo:hi]  # canonical: one entry per position
     return out
 
 
