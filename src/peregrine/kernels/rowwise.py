@@ -174,6 +174,15 @@ def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:
     if op is Op.AFFINE and w == win:
         sc, sh = float32_params(a.float32, a.scale, a.shift) if r32 else (a.scale, a.shift)
         return {"op": "affine", "a": param(sc, w), "s": param(sh, w), "r32": r32}
+    if op is Op.IMPUTE and w == win:
+        # the rule's float32 form compares with the missing marker as float32 and writes the
+        # values rounded to float32
+        values = np.asarray(a.values, dtype=np.float64)
+        missing = float(np.float32(a.missing)) if r32 else float(a.missing)
+        if r32:
+            values = values.astype(np.float32).astype(np.float64)
+        return {"op": "impute", "v": param(values, w), "nan": bool(np.isnan(missing)),
+                "m": 0.0 if np.isnan(missing) else missing}
     if op is Op.CLIP and w == win:
         return {"op": "clip", "lo": float(a.low), "hi": float(a.high), "r32": r32}
     if op is Op.BINARIZE and w == win:
@@ -259,7 +268,7 @@ def _one_hot_step(a, w: int, win: int, param) -> dict | None:
 
 # ops whose float32 form (``Attrs.float32_out``) the emitter reproduces
 R32_OPS = frozenset({Op.SELECT, Op.CENTER_SCALE, Op.AFFINE, Op.CLIP, Op.CONCAT, Op.BINARIZE,
-                     Op.NORMALIZE, Op.POLYNOMIAL, Op.UFUNC})
+                     Op.NORMALIZE, Op.POLYNOMIAL, Op.UFUNC, Op.IMPUTE})
 # ufuncs whose float32 result is the float64 one rounded (correctly rounded operations, or
 # exact ones); the others' float32 loops are NumPy's own approximations, run by the rule
 EXACT_UFUNCS = frozenset({"sqrt", "absolute", "square", "negative", "reciprocal", "sign",
@@ -476,6 +485,12 @@ class _Emitter:
         b = self.b
         scaled = self.r32(s, b.fmul(ins[0], self.load_param(s["a"])))
         return self.r32(s, b.fadd(scaled, self.load_param(s["s"])))
+
+    def op_impute(self, s: dict, ins: list) -> ir.Value:
+        b, x, w = self.b, ins[0], s["w"]
+        hit = (b.fcmp_unordered("uno", x, x) if s["nan"]
+               else b.fcmp_ordered("==", x, self.const(s["m"], w)))
+        return b.select(hit, self.load_param(s["v"]), x)
 
     def op_clip(self, s: dict, ins: list) -> ir.Value:
         # np.clip: NaN stays NaN (both compares are false for it)
