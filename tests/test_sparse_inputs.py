@@ -170,11 +170,16 @@ def test_catboost_reads_absent_as_zero():
 def test_blocks_bound_memory(models, monkeypatch):
     """Many small blocks give the same answers (and errors name the block's rows)."""
     monkeypatch.setattr(rsparse, "BLOCK_BYTES", 8 * 12 * 7)  # 7 rows a block
+    monkeypatch.setattr(rsparse, "MIN_ROWS", 1)
     S, N = _test_matrix()
     for name in ("xgb", "forest", "logreg"):
         model = models[name]
         assert_same(model, _compile(model, "native"), N if name == "xgb" else S)
     assert rsparse.block_rows(12) == 7
+    monkeypatch.undo()
+    assert rsparse.block_rows(1000) == 524  # 4 MiB
+    assert rsparse.block_rows(50_000) == 128  # MIN_ROWS, 51 MB
+    assert rsparse.block_rows(100_000) == 83  # 64 MiB bound
 
 
 def test_int_and_float32_sparse(models):

@@ -27,6 +27,9 @@ from peregrine.ir.spec import ModelSpec
 # 17 ms in 8 MiB and 16 ms in 2 MiB ones, Zen 4), large enough that a block's fixed cost (one
 # executable run, tens of us) stays small (docs/sparse.md)
 BLOCK_BYTES = 4 << 20
+# wide matrices: at least MIN_ROWS rows a block (a block of 5 rows costs its fixed cost per 5
+# rows) while that stays within MAX_BLOCK_BYTES, the memory bound
+MIN_ROWS, MAX_BLOCK_BYTES = 128, 64 << 20
 FORMATS = ("csr", "csc", "coo")
 
 
@@ -98,8 +101,10 @@ def _check_stored(csr: Any, spec: ModelSpec) -> None:
 
 
 def block_rows(n_features: int) -> int:
-    """Rows per dense block: BLOCK_BYTES of float64 values."""
-    return max(1, BLOCK_BYTES // (8 * max(n_features, 1)))
+    """Rows per dense block: BLOCK_BYTES of float64 values, or MIN_ROWS rows up to
+    MAX_BLOCK_BYTES for wide matrices."""
+    row = 8 * max(n_features, 1)
+    return max(1, BLOCK_BYTES // row, min(MIN_ROWS, MAX_BLOCK_BYTES // row))
 
 
 def dense_rows(csr: Any, start: int, stop: int, spec: ModelSpec) -> np.ndarray:
