@@ -341,3 +341,14 @@ def test_linear_path_not_taken_elsewhere(models):
 
     for name in ("forest", "xgb"):
         assert linear_plan(peregrine.compile(models[name], backend="reference")) is None, name
+
+
+def test_block_dtype(models):
+    """Blocks are float32 where every reader of the input is a forest whose library casts to
+    float32 (sklearn trees, XGBoost); LightGBM compares doubles, linear models read float64."""
+    S, _ = _test_matrix()
+    for name, want in (("forest", np.float32), ("tree", np.float32), ("xgb", np.float32),
+                       ("lgb", np.float64), ("logreg", np.float64),
+                       ("maxabs_logreg", np.float64)):
+        compiled = peregrine.compile(models[name], backend="reference")
+        assert rsparse.block_dtype(compiled, rsparse.as_csr(S, compiled.spec)) == want, name

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from peregrine.errors import InputError
+from peregrine.ir.ops import Op
 from peregrine.ir.spec import ModelSpec
 
 # dense bytes per block of rows: small enough that the block is still in cache when the kernel
@@ -107,15 +108,35 @@ def block_rows(n_features: int) -> int:
     return max(1, BLOCK_BYTES // row, min(MIN_ROWS, MAX_BLOCK_BYTES // row))
 
 
-def dense_rows(csr: Any, start: int, stop: int, spec: ModelSpec) -> np.ndarray:
+def block_dtype(model: Any, csr: Any) -> np.dtype:
+    """float32 when every reader of the input is a forest whose library casts the input to
+    float32 before comparing (``Forest.input_dtype``: scikit-learn trees, XGBoost) and no method
+    returns the input's dtype: the cast the library makes, done while filling, halves the
+    block's bytes; else the matrix's own dtype."""
+    if csr.dtype == np.float32:
+        return csr.dtype
+    cached = model.__dict__.get("_sparse_f32")
+    if cached is None:
+        graph = model.spec.graph
+        x = next(n.name for n in graph.nodes if n.op is Op.INPUT)
+        readers = [n for n in graph.nodes if x in n.inputs]
+        cached = model.__dict__["_sparse_f32"] = bool(readers) and all(
+            n.op is Op.TREE_ENSEMBLE and n.attrs.forest.input_dtype == np.float32
+            for n in readers) and all(m.dtype != "input" for m in model.spec.methods.values())
+    return np.dtype(np.float32) if cached else csr.dtype
+
+
+def dense_rows(csr: Any, start: int, stop: int, spec: ModelSpec,
+               dtype: Any = None) -> np.ndarray:
     """Rows ``start:stop`` of canonical ``csr`` as a dense array, absent entries filled by the
     source's rule and stored entries (zeros and NaN included) copied as they are."""
     lo, hi = int(csr.indptr[start]), int(csr.indptr[stop])
     shape = (stop - start, csr.shape[1])
+    dtype = csr.dtype if dtype is None else dtype
     if spec.sparse_absent == "nan":
-        out = np.full(shape, np.nan, dtype=csr.dtype)
+        out = np.full(shape, np.nan, dtype=dtype)
     else:
-        out = np.zeros(shape, dtype=csr.dtype)
+        out = np.zeros(shape, dtype=dtype)
     # flat positions (row offset + column): one put, ~25% less time than out[rows, cols]
     at = np.repeat(np.arange(0, out.size, shape[1], dtype=np.int64),
                    np.diff(csr.indptr[start:stop + 1]))
@@ -143,13 +164,14 @@ def call_sparse(model: Any, name: str, X: Any) -> Any:
         return out
     n = csr.shape[0]
     step = block_rows(csr.shape[1])
+    dtype = block_dtype(model, csr)
     if step >= n:
-        return model._call(name, dense_rows(csr, 0, n, spec))
+        return model._call(name, dense_rows(csr, 0, n, spec, dtype))
     parts = []
     for start in range(0, n, step):
         stop = min(n, start + step)
         try:
-            parts.append(model._call(name, dense_rows(csr, start, stop, spec)))
+            parts.append(model._call(name, dense_rows(csr, start, stop, spec, dtype)))
         except InputError as exc:  # the block's row numbers: say which block
             raise InputError(f"rows {start}..{stop - 1} of the sparse input (row numbers "
                              f"below count from {start}): {exc}") from exc
