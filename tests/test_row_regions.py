@@ -181,3 +181,77 @@ def test_region_not_formed_when_its_nodes_are_read_elsewhere():
     np.testing.assert_array_equal(compiled.predict_proba(Xt), rules.predict_proba(Xt))
     np.testing.assert_allclose(compiled.predict_proba(Xt), model.predict_proba(Xt),
                                rtol=1e-5, atol=1e-6)
+
+
+# ---- a few rows of a fused row kernel through the machine-code builtin (fused._row_entry)
+def _row_models():
+    from sklearn.naive_bayes import GaussianNB
+    from sklearn.neural_network import MLPClassifier
+
+    X = RNG.normal(size=(600, 7))
+    y2, y3 = (X[:, 0] > 0).astype(int), np.digitize(X[:, 1], [-0.5, 0.5])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return {
+            "logreg": LogisticRegression(max_iter=300).fit(X, y2),
+            "scaler-logreg-3": make_pipeline(StandardScaler(), LogisticRegression(
+                max_iter=300)).fit(X, y3),
+            "gaussian-nb": GaussianNB().fit(X, y3),
+            "mlp": MLPClassifier(hidden_layer_sizes=(8,), max_iter=200,
+                                 random_state=0).fit(X, y3),
+        }
+
+
+ROW_MODELS = _row_models()
+
+
+@pytest.mark.parametrize("name", sorted(ROW_MODELS))
+def test_row_kernel_builtin_answers_as_the_python_path(name):
+    model = ROW_MODELS[name]
+    compiled = peregrine.compile(model, "native")
+    method = compiled.predict_proba
+    if type(method).__name__ != "builtin_function_or_method":
+        pytest.skip("no row-kernel builtin for this model (not fused, or another output dtype)")
+    X = RNG.normal(size=(70, 7))
+    for rows in (1, 2, 64, 65):
+        for dtype in (np.float64, np.float32):
+            part = X[:rows].astype(dtype)
+            got = method(part)
+            assert got.dtype == np.float64 and got.shape == (rows, len(model.classes_))
+            np.testing.assert_array_equal(got, compiled._call("predict_proba", part))
+            np.testing.assert_allclose(got, model.predict_proba(part), rtol=1e-5, atol=1e-6)
+    # strided and Fortran-ordered rows, a row at a time
+    wide = np.asfortranarray(np.repeat(X, 2, axis=1)[:, ::2])
+    for r in range(5):
+        np.testing.assert_array_equal(method(wide[r:r + 1]),
+                                      compiled._call("predict_proba", X[r:r + 1]))
+    np.testing.assert_array_equal(compiled.predict(X[:3]), model.predict(X[:3]))
+
+
+def test_row_kernel_builtin_leaves_bad_rows_to_the_python_path():
+    from peregrine.errors import InputError
+
+    compiled = peregrine.compile(ROW_MODELS["logreg"], "native")
+    X = RNG.normal(size=(3, 7))
+    X[1, 4] = np.nan
+    with pytest.raises(InputError, match="row 1, column 4"):
+        compiled.predict_proba(X)
+    with pytest.raises(InputError):
+        compiled.predict_proba(RNG.normal(size=(1, 6)))  # wrong width
+    with pytest.raises(InputError):
+        compiled.predict_proba(np.zeros((0, 7)))
+    # a list, a keyword: the Python method's own handling
+    np.testing.assert_array_equal(compiled.predict_proba([list(X[0])]),
+                                  compiled.predict_proba(X[:1]))
+    np.testing.assert_array_equal(compiled.predict_proba(X=X[:1]), compiled.predict_proba(X[:1]))
+
+
+def test_row_kernel_builtin_from_threads():
+    from concurrent.futures import ThreadPoolExecutor
+
+    compiled = peregrine.compile(ROW_MODELS["scaler-logreg-3"], "native")
+    X = RNG.normal(size=(400, 7))
+    want = compiled._call("predict_proba", X)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda r: compiled.predict_proba(X[r:r + 1]), range(400)))
+    np.testing.assert_array_equal(np.vstack(got), want)

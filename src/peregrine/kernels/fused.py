@@ -5,15 +5,19 @@ in their final dtype and written once by the kernel."""
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import math
 import threading
+from functools import partial
 from typing import Any
 
 import numpy as np
+from llvmlite import ir
 
 from peregrine.errors import NonFiniteInput
 from peregrine.ir import Graph
 from peregrine.kernels import jit
+from peregrine.kernels.irutil import F64, I64, PTR, gep
 from peregrine.kernels.rowwise import RowPlan, plan
 from peregrine.kernels.threads import pool
 
@@ -132,11 +136,77 @@ def narrow_outputs(spec: Any, outputs: tuple[str, ...]) -> list[bool]:
 
 def checked_runner(kernel: RowKernel, spec: Any, options: Any, threads: Any) -> Any:
     """``Executable.runner`` for a fused output: the kernel straight on numpy, checking the
-    source's NaN/inf policy in the same pass (``checks_finite``; raises NonFiniteInput)."""
+    source's NaN/inf policy in the same pass (``checks_finite``; raises NonFiniteInput).
+    Where the kernel's output is float64 for both input dtypes, ``run.native`` makes the
+    method a machine-code builtin for a few rows (kernels/pyentry.py, through ``_row_entry``)."""
     check = options.validate_input and not (spec.allow_nan and spec.allow_inf)
 
     def run(X: np.ndarray) -> np.ndarray:
         return kernel.run(np.ascontiguousarray(X), threads(), check)[0]
 
     run.checks_finite = check  # type: ignore[attr-defined]
+    plans = [kernel._plan(d) for d in DTYPES]
+    if len(kernel._wanted) == 1 and all(p is not None and p.out_dtypes == ("float64",)
+                                        for p in plans):
+        run.dtype = np.dtype(np.float64)  # type: ignore[attr-defined]
+        run.native = partial(_row_entry, kernel, run)  # type: ignore[attr-defined]
     return run
+
+
+# The few-rows builtin (pyentry.make_entry) calls ``void kernel(int64 *args)`` with the copied
+# rows, their count and an output buffer in the argument words; a row kernel takes its six
+# arguments separately, so a one-function shim (the same for every row kernel) unpacks them:
+# args = [x, stride (rows are contiguous: unused), rows, out, params, row kernel's address].
+ENTRY_ROWS = 64
+_SHIM_ARGS = 6
+
+
+class _ShimSource:
+    symbol = "peregrine_rowshim_v1"
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(self.symbol.encode()).hexdigest()[:20]
+
+    def build_ir(self, triple: str) -> ir.Module:
+        module = ir.Module(name=self.symbol)
+        module.triple = triple
+        fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), name=self.symbol)
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+
+        def word(k: int) -> ir.Value:
+            return b.load(gep(b, fn.args[0], [ir.Constant(I64, k)], source_etype=I64), typ=I64)
+
+        outs = b.alloca(PTR, name="outs")
+        b.store(b.inttoptr(word(3), PTR), outs)
+        flag = b.alloca(F64, name="flag")  # the finite check: the entry did it while copying
+        row_ty = ir.FunctionType(ir.VoidType(), [PTR, I64, I64, PTR, PTR, PTR])
+        target = b.inttoptr(word(5), row_ty.as_pointer())
+        b.call(target, [b.inttoptr(word(0), PTR), ir.Constant(I64, 0), word(2),
+                        b.inttoptr(word(4), PTR), outs, flag])
+        b.ret_void()
+        return module
+
+
+def _row_entry(kernel: RowKernel, call: Any, fallback: Any = None, finite_only: bool = False,
+               name: str = "run", doc: str = "") -> Any:
+    """``call`` as a pyentry builtin over this row kernel (None where one cannot be made)."""
+    from peregrine.kernels.pyentry import make_entry
+
+    try:
+        shim = jit.kernel_address(_ShimSource())[0]
+    except Exception:  # noqa: BLE001  (no shim: the Python path stays)
+        return None
+    kernels, keep = {}, []
+    for d in DTYPES:
+        fn, p = kernel._fn(d)
+        template = np.array([0, 0, 0, 0, p.params.ctypes.data,
+                             ctypes.cast(fn, ctypes.c_void_p).value], np.int64)
+        kernels[np.dtype(d)] = (shim, d == "float32", template)
+        keep.append((fn, p, template))
+    width = kernel._plans["float64"].out_widths[0]
+    return make_entry(name, doc, call if fallback is None else fallback,
+                      n_features=int(kernel._plans["float64"].spec.n_features),
+                      max_rows=ENTRY_ROWS, width=width, out_stride=width,
+                      out_dtype=np.float64, finite_only=finite_only, kernels=kernels,
+                      slots={"x": 0, "stride": 1, "re": 2, "out": 3}, keep=(kernel, keep))

@@ -247,6 +247,8 @@ class CompiledModel:
                 except NonFiniteInput:  # the generic path checks again and says where
                     return generic(name, X)
 
+            if native is not None:  # the builtin sends rows with NaN/inf to ``checked``
+                checked.native = partial(native, finite_only=True)  # type: ignore[attr-defined]
             return checked
         if not self.options.validate_input or (spec.allow_nan and spec.allow_inf):
             return fast  # (run itself when it has ``native``: ``_entry`` finds it there)
