@@ -108,7 +108,7 @@ def test_float32_results_in_row_chunks(threads):
     """XGBoost returns float32: large batches go through the chunked narrow path (several
     chunks per thread here) and must equal the library and the one-row path."""
     xgb = pytest.importorskip("xgboost")
-    from peregrine.backends.native.executable import NARROW_CHUNK
+    from peregrine.backends.native.program import NARROW_CHUNK
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(3 * NARROW_CHUNK + 17, 8)).astype(np.float32)

@@ -75,11 +75,8 @@ def compile_spec(spec: ModelSpec, options: CompileOptions, target=None, *,
     ``saved``: an artifact's ``artifact_state()``; its schedules are reused when it was made
     for this CPU (same name and features), so a loaded model runs the kernels it was saved
     with, without tuning again."""
-    from peregrine.backends.native.executable import (
-        ForestProgram,
-        NativeExecutable,
-        default_threads,
-    )
+    from peregrine.backends.native.executable import NativeExecutable, default_threads
+    from peregrine.backends.native.program import ForestProgram
     from peregrine.backends.native.tune import Choice, choose_schedule
     from peregrine.kernels import jit
 

@@ -34,9 +34,9 @@ import numpy as np
 from peregrine import config
 from peregrine.backends.native import NATIVE_OPS
 from peregrine.backends.native.codegen import DESC, SCALARS
-from peregrine.backends.native.executable import kernel_spec
 from peregrine.backends.native.fusion import FusedForest, fuse_plan
 from peregrine.backends.native.layout import pack
+from peregrine.backends.native.program import kernel_spec
 from peregrine.backends.native.tune import heuristic
 from peregrine.errors import UnsupportedModelError
 from peregrine.ir import Graph, Node, Op

@@ -267,7 +267,7 @@ def choose_schedule(forest: Forest, options: CompileOptions, target: Any,
 def measure(forest: Forest, choices: list[Choice], batch: int, options: CompileOptions,
             target: Any, threads: int, rows: np.ndarray | None = None
             ) -> tuple[Choice, list[float]]:
-    from peregrine.backends.native.executable import ForestProgram
+    from peregrine.backends.native.program import ForestProgram
 
     if rows is None:
         rows = synthetic_rows(forest, min(batch, MEASURE_MAX_ROWS))
