@@ -4,6 +4,9 @@ and mem2reg turn them into registers)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from llvmlite import ir
 
 from peregrine.kernels.irutil import I64, PTR, Loops, gep
@@ -60,3 +63,37 @@ class Fn:
 
 def const(v: int, t: ir.Type = I64) -> ir.Constant:
     return ir.Constant(t, v)
+
+
+@dataclass(frozen=True)
+class GenericKernel:
+    """``jit.KernelSource`` of a text kernel: one generic function (nothing model-specific
+    baked in) named ``peregrine_<name>``, cached under ``<name>-v<version>``."""
+
+    name: str
+    version: int
+    build: Callable[[str, str], ir.Module]  # (symbol, triple) -> the module
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-v{self.version}"
+
+    @property
+    def symbol(self) -> str:
+        return f"peregrine_{self.name}"
+
+    def build_ir(self, triple: str) -> ir.Module:
+        return self.build(self.symbol, triple)
+
+
+def kernel_entry(symbol: str, triple: str, names: tuple[str, ...]
+                 ) -> tuple[ir.Module, ir.Function, ir.IRBuilder, Fn]:
+    """A module holding ``int64 symbol(int64 *argv)`` and the builder state at its entry,
+    with the arguments ``names`` loaded from argv."""
+    m = ir.Module(name=symbol)
+    m.triple = triple
+    fn = ir.Function(m, ir.FunctionType(I64, [PTR]), name=symbol)
+    fn.args[0].add_attribute("noalias")
+    entry = fn.append_basic_block("entry")
+    b = ir.IRBuilder(entry)
+    return m, fn, b, Fn(b, Loops(b, entry), fn.args[0], names)

@@ -27,12 +27,12 @@ the caller then lowercases with Python and runs again without the table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 
 from llvmlite import ir
 
-from peregrine.kernels.irutil import F64, I8, I32, I64, PTR, Loops
-from peregrine.kernels.text_ir import Fn
+from peregrine.kernels.irutil import F64, I8, I32, I64, PTR
+from peregrine.kernels.text_ir import GenericKernel, kernel_entry
 from peregrine.kernels.text_ir import const as _c
 from peregrine.kernels.text_rows import count_row, weigh_row
 
@@ -50,32 +50,10 @@ MIX = 0x9E3779B97F4A7C15  # HashTable's multiplier (runtime/text_tokens.py)
 LOWER_SPECIAL = 0xFFFFFFFF  # the lowercase table's entry for a code point lower() can't map
 
 
-@dataclass(frozen=True)
-class TextKernelSpec:
-    """``jit.KernelSource`` of the text kernel (one generic kernel: no parameters)."""
-
-    version: int = 2
-
-    @property
-    def key(self) -> str:
-        return f"text_count-v{self.version}"
-
-    @property
-    def symbol(self) -> str:
-        return "peregrine_text_count"
-
-    def build_ir(self, triple: str) -> ir.Module:
-        return _build(self.symbol, triple)
 
 
 def _build(symbol: str, triple: str) -> ir.Module:
-    m = ir.Module(name="peregrine_text")
-    m.triple = triple
-    fn = ir.Function(m, ir.FunctionType(I64, [PTR]), name=symbol)
-    fn.args[0].add_attribute("noalias")
-    entry = fn.append_basic_block("entry")
-    b = ir.IRBuilder(entry)
-    f = Fn(b, Loops(b, entry), fn.args[0], ARGS)
+    m, fn, b, f = kernel_entry(symbol, triple, ARGS)
     a = f.a
     p = {name: f.ptr(name) for name in ARGS}
     lowering = b.icmp_unsigned("!=", a["lower"], _c(0))
@@ -304,3 +282,7 @@ def _build(symbol: str, triple: str) -> ir.Module:
     b.position_at_end(special)
     b.ret(_c(1))
     return m
+
+
+# the kernel's jit.KernelSource: ``TextKernelSpec()``
+TextKernelSpec = partial(GenericKernel, "text_count", 2, _build)

@@ -12,12 +12,12 @@ n tokens costs its bytes, not n passes. Returns the number of features written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 
 from llvmlite import ir
 
-from peregrine.kernels.irutil import I8, I32, I64, PTR, Loops
-from peregrine.kernels.text_ir import Fn
+from peregrine.kernels.irutil import I8, I32, I64
+from peregrine.kernels.text_ir import Fn, GenericKernel, kernel_entry
 from peregrine.kernels.text_ir import const as _c
 
 ARGS = ("codes", "tok_s", "tok_e", "tok_doc", "m", "lo", "hi", "n_features", "alt", "scratch",
@@ -25,22 +25,6 @@ ARGS = ("codes", "tok_s", "tok_e", "tok_doc", "m", "lo", "hi", "n_features", "al
 _C1, _C2 = 0xCC9E2D51, 0x1B873593
 
 
-@dataclass(frozen=True)
-class MurmurKernelSpec:
-    """``jit.KernelSource`` of the hashing kernel (one generic kernel: no parameters)."""
-
-    version: int = 1
-
-    @property
-    def key(self) -> str:
-        return f"text_murmur-v{self.version}"
-
-    @property
-    def symbol(self) -> str:
-        return "peregrine_text_murmur"
-
-    def build_ir(self, triple: str) -> ir.Module:
-        return _build(self.symbol, triple)
 
 
 def _i32(v: int) -> ir.Constant:
@@ -119,13 +103,7 @@ def _encode(f: Fn, codes: ir.Value, buf: ir.Value, start: ir.Value, end: ir.Valu
 
 
 def _build(symbol: str, triple: str) -> ir.Module:
-    m = ir.Module(name="peregrine_text_murmur")
-    m.triple = triple
-    fn = ir.Function(m, ir.FunctionType(I64, [PTR]), name=symbol)
-    fn.args[0].add_attribute("noalias")
-    entry = fn.append_basic_block("entry")
-    b = ir.IRBuilder(entry)
-    f = Fn(b, Loops(b, entry), fn.args[0], ARGS)
+    m, fn, b, f = kernel_entry(symbol, triple, ARGS)
     a = f.a
     p = {name: f.ptr(name) for name in ("codes", "tok_s", "tok_e", "tok_doc", "scratch",
                                          "out_col", "out_sign", "out_doc")}
@@ -179,3 +157,7 @@ def _build(symbol: str, triple: str) -> ir.Module:
     b.position_at_end(done)
     b.ret(f.get(out))
     return m
+
+
+# the kernel's jit.KernelSource: ``MurmurKernelSpec()``
+MurmurKernelSpec = partial(GenericKernel, "text_murmur", 1, _build)

@@ -7,12 +7,12 @@ the code points compared with the term it hit; the term's id, or -1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 
 from llvmlite import ir
 
-from peregrine.kernels.irutil import I1, I32, I64, PTR, Loops
-from peregrine.kernels.text_ir import Fn
+from peregrine.kernels.irutil import I1, I32, I64
+from peregrine.kernels.text_ir import GenericKernel, kernel_entry
 from peregrine.kernels.text_ir import const as _c
 from peregrine.kernels.text_kernel import MIX
 
@@ -20,32 +20,10 @@ ARGS = ("codes", "starts", "ends", "n", "slot_key", "slot_val", "mask", "shift",
         "vcodes", "vstart", "vlen", "out")
 
 
-@dataclass(frozen=True)
-class SpanKernelSpec:
-    """``jit.KernelSource`` of the span lookup kernel (one generic kernel: no parameters)."""
-
-    version: int = 1
-
-    @property
-    def key(self) -> str:
-        return f"text_spans-v{self.version}"
-
-    @property
-    def symbol(self) -> str:
-        return "peregrine_text_spans"
-
-    def build_ir(self, triple: str) -> ir.Module:
-        return _build(self.symbol, triple)
 
 
 def _build(symbol: str, triple: str) -> ir.Module:
-    m = ir.Module(name="peregrine_text_spans")
-    m.triple = triple
-    fn = ir.Function(m, ir.FunctionType(I64, [PTR]), name=symbol)
-    fn.args[0].add_attribute("noalias")
-    entry = fn.append_basic_block("entry")
-    b = ir.IRBuilder(entry)
-    f = Fn(b, Loops(b, entry), fn.args[0], ARGS)
+    m, fn, b, f = kernel_entry(symbol, triple, ARGS)
     a = f.a
     p = {name: f.ptr(name) for name in ("codes", "starts", "ends", "slot_key", "slot_val",
                                          "vcodes", "vstart", "vlen", "out")}
@@ -108,3 +86,7 @@ def _build(symbol: str, triple: str) -> ir.Module:
     f.loops.range(_c(0), a["n"], _c(1), span, "span")
     b.ret(_c(0))
     return m
+
+
+# the kernel's jit.KernelSource: ``SpanKernelSpec()``
+SpanKernelSpec = partial(GenericKernel, "text_spans", 1, _build)
