@@ -13,8 +13,9 @@ from scipy import sparse
 from sklearn.base import clone
 
 import peregrine
-from peregrine.errors import InputError, UnsupportedModelError
+from peregrine.errors import InputError
 from peregrine.runtime import sparse as rsparse
+from tests.compile_helpers import compile_or_skip  # noqa: E402
 
 BACKENDS = ["reference", "torch", "torchscript", "native", "tvm"]
 FORMATS = [sparse.csr_matrix, sparse.csc_matrix, sparse.coo_matrix, sparse.csr_array,
@@ -42,15 +43,6 @@ def _test_matrix(d=12, n=150, density=0.3):
     N = S.copy()
     N.data[1::7] = np.nan  # stored NaN
     return S, N
-
-
-def _compile(model, backend):
-    try:
-        return peregrine.compile(model, backend=backend)
-    except UnsupportedModelError as exc:
-        if "not installed" in str(exc) or "unavailable" in str(exc):
-            pytest.skip(str(exc))
-        raise
 
 
 def assert_same(model, compiled, X):
@@ -108,7 +100,7 @@ NAN_OK = ("xgb", "xgb_reg", "lgb", "lgb_zam", "catboost")  # sources that accept
                                   "xgb_reg", "lgb", "lgb_zam"])
 def test_sparse_matches_source(models, name, backend):
     model = models[name]
-    compiled = _compile(model, backend)
+    compiled = compile_or_skip(model, backend)
     S, N = _test_matrix()
     assert_same(model, compiled, S)
     if name in NAN_OK:
@@ -119,7 +111,7 @@ def test_naive_bayes_sparse(models):
     S, _ = _test_matrix()
     S = abs(S)
     for backend in ("reference", "native"):
-        assert_same(models["nb"], _compile(models["nb"], backend), S)
+        assert_same(models["nb"], compile_or_skip(models["nb"], backend), S)
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.__name__)
@@ -128,7 +120,7 @@ def test_every_format(models, fmt):
     for name in ("logreg", "xgb"):
         model = models[name]
         X = fmt(N if name == "xgb" else S)
-        assert_same(model, _compile(model, "native"), X)
+        assert_same(model, compile_or_skip(model, "native"), X)
 
 
 def test_absent_entry_rules(models):
@@ -161,7 +153,7 @@ def test_catboost_reads_absent_as_zero():
     S, N = _test_matrix()
     assert np.array_equal(model.predict_proba(S), model.predict_proba(S.toarray()))
     for backend in ("reference", "native"):
-        compiled = _compile(model, backend)
+        compiled = compile_or_skip(model, backend)
         assert compiled.spec.sparse_absent == "zero"
         assert_same(model, compiled, S)
         assert_same(model, compiled, N)
@@ -174,7 +166,7 @@ def test_blocks_bound_memory(models, monkeypatch):
     S, N = _test_matrix()
     for name in ("xgb", "forest", "logreg"):
         model = models[name]
-        assert_same(model, _compile(model, "native"), N if name == "xgb" else S)
+        assert_same(model, compile_or_skip(model, "native"), N if name == "xgb" else S)
     assert rsparse.block_rows(12) == 7
     monkeypatch.undo()
     assert rsparse.block_rows(1000) == 524  # 4 MiB
@@ -187,7 +179,7 @@ def test_int_and_float32_sparse(models):
     ints = sparse.csr_matrix(np.round(S.toarray() * 3).astype(np.int64))
     f32 = S.astype(np.float32)
     for name in ("xgb", "forest", "lgb"):
-        model, compiled = models[name], _compile(models[name], "native")
+        model, compiled = models[name], compile_or_skip(models[name], "native")
         if name != "lgb":  # LightGBM's CSR predict refuses int64 data (TypeError)
             assert_same(model, compiled, ints)
         assert_same(model, compiled, f32)
@@ -311,7 +303,7 @@ def test_linear_path_is_sklearns_sum(backend):
     y = RNG.integers(0, 3, 400)
     for model in (LogisticRegression(max_iter=300).fit(X, y), Ridge().fit(X, y * 1.5),
                   MultinomialNB().fit(X, y)):
-        compiled = _compile(model, backend)
+        compiled = compile_or_skip(model, backend)
         T = sparse.random(120, 300, density=0.02, format="csr", random_state=4)
         assert_same(model, compiled, T)
         assert compiled.__dict__["_sparse_plan"] is not None  # the path was taken

@@ -28,6 +28,7 @@ from sklearn.svm import LinearSVC
 
 import peregrine
 from peregrine.errors import InputError, UnsupportedModelError
+from tests.compile_helpers import compile_or_skip  # noqa: E402
 
 WORDS = ("Héllo wörld déjà-vu 東京 タワー 123 a_b İstanbul ΣΑΣ ΟΔΟΣ café naïve 😀 ok the "
          "quick brown fox e\u0301cole ßtraße tab\tsep nbsp\u00a0x").split(" ")
@@ -50,15 +51,6 @@ TEST = pd.concat([_frame(60, 2), pd.DataFrame({
 NUM = ("num", StandardScaler(), ["price", "age"])
 CAT = ("cat", OneHotEncoder(handle_unknown="ignore"), ["country"])
 TXT = ("txt", TfidfVectorizer(ngram_range=(1, 2)), "review")
-
-
-def _compile(model, backend):
-    try:
-        return peregrine.compile(model, backend=backend)
-    except UnsupportedModelError as exc:
-        if "not installed" in str(exc) or "unavailable" in str(exc):
-            pytest.skip(str(exc))
-        raise
 
 
 def assert_same(model, fast, X):
@@ -102,7 +94,7 @@ def fitted(request):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_column_transformer_with_text(fitted, backend):
     name, model = fitted
-    fast = _compile(model, backend)
+    fast = compile_or_skip(model, backend)
     assert fast.spec.text is not None and fast.spec.text.frame_width == 4
     assert_same(model, fast, TEST)
     assert_same(model, fast, TEST.iloc[:1])  # one row
@@ -113,7 +105,7 @@ def test_column_transformer_with_text(fitted, backend):
 def test_ridge_scores():
     y = np.random.default_rng(3).normal(size=len(TRAIN))
     model = make_pipeline(ColumnTransformer([NUM, TXT, CAT]), Ridge()).fit(TRAIN, y)
-    assert_same(model, _compile(model, "native"), TEST)
+    assert_same(model, compile_or_skip(model, "native"), TEST)
 
 
 def test_linear_bound():
@@ -124,20 +116,20 @@ def test_linear_bound():
     model = make_pipeline(ColumnTransformer([TXT, NUM, CAT]),
                           LogisticRegression(max_iter=2000)).fit(TRAIN, Y)
     ct, lr = model[0], model[-1]
-    got = _compile(model, "native").decision_function(TEST)
+    got = compile_or_skip(model, "native").decision_function(TEST)
     want = model.decision_function(TEST)
     terms = abs(ct.transform(TEST)) @ abs(lr.coef_.T) + abs(lr.intercept_)
     m = 2 + len(ct.named_transformers_["cat"].categories_[0]) + 1
     assert np.all(np.abs(got - want) <= 2 * (m + 1) * np.finfo(float).eps * terms)
     text_only = make_pipeline(ColumnTransformer([TXT]), LogisticRegression()).fit(TRAIN, Y)
-    got = _compile(text_only, "native").decision_function(TEST)
+    got = compile_or_skip(text_only, "native").decision_function(TEST)
     np.testing.assert_array_equal(got, text_only.decision_function(TEST))
 
 
 def test_nan_inf_and_bad_input():
     model = make_pipeline(ColumnTransformer([TXT, NUM, CAT]),
                           LogisticRegression(max_iter=2000)).fit(TRAIN, Y)
-    fast = _compile(model, "native")
+    fast = compile_or_skip(model, "native")
     for value in (np.nan, np.inf, -np.inf):
         bad = TEST.copy()
         bad.loc[5, "age"] = value
@@ -155,7 +147,7 @@ def test_nan_inf_and_bad_input():
     hgb = CASES["hgb-dense"]().fit(TRAIN, Y)
     nan = TEST.copy()
     nan.loc[::4, "price"] = np.nan
-    assert_same(hgb, _compile(hgb, "native"), nan)
+    assert_same(hgb, compile_or_skip(hgb, "native"), nan)
 
 
 TWO_TEXT = {
@@ -175,7 +167,7 @@ def test_two_text_columns(case, backend, tmp_path):
         return df.assign(title=[r[::-1][:12] for r in df.review])
 
     model = TWO_TEXT[case]().fit(titled(TRAIN), Y)
-    fast = _compile(model, backend)
+    fast = compile_or_skip(model, backend)
     assert len(fast.spec.text.more) == 1
     assert_same(model, fast, titled(TEST))
     fast.save(tmp_path / "m.peregrine")
@@ -193,13 +185,13 @@ def test_numpy_object_table():
     model = make_pipeline(ColumnTransformer([("t", CountVectorizer(), 1),
                                              ("n", StandardScaler(), [0, 2])]),
                           LogisticRegression()).fit(X, y)
-    assert_same(model, _compile(model, "native"), X)
+    assert_same(model, compile_or_skip(model, "native"), X)
 
 
 def test_save_load(tmp_path):
     model = make_pipeline(ColumnTransformer([TXT, NUM, CAT]),
                           LogisticRegression(max_iter=2000)).fit(TRAIN, Y)
-    fast = _compile(model, "native")
+    fast = compile_or_skip(model, "native")
     fast.save(tmp_path / "m.peregrine")
     back = peregrine.load(tmp_path / "m.peregrine")
     np.testing.assert_array_equal(back.predict_proba(TEST), fast.predict_proba(TEST))

@@ -32,6 +32,7 @@ import peregrine
 from peregrine.errors import InputError, UnsupportedModelError
 from peregrine.ir.semantics.text import TOKEN_PATTERNS
 from peregrine.runtime.text_tokens import _class_table, _codes
+from tests.compile_helpers import compile_or_skip  # noqa: E402
 
 # accents, CJK, digits, underscores, Turkish dotted I (lower() lengthens it), final sigma,
 # emoji, German sharp s, combining marks, an empty document, one with no known token
@@ -51,15 +52,6 @@ Y = np.arange(len(TRAIN)) % 3
 TEST = TRAIN + ["never seen words at all", "   ", "hello 東京 again fox", "İİ İ i̇ ΣΑΣ",
                 "\x00hello\x00world\x00", "a b c d"]
 BACKENDS = ["reference", "torch", "torchscript", "native", "tvm"]
-
-
-def _compile(model, backend):
-    try:
-        return peregrine.compile(model, backend=backend)
-    except UnsupportedModelError as exc:
-        if "not installed" in str(exc) or "unavailable" in str(exc):
-            pytest.skip(str(exc))
-        raise
 
 
 def assert_same(model, compiled, docs):
@@ -150,7 +142,7 @@ VECTORIZERS = {
 @pytest.mark.parametrize("name", sorted(VECTORIZERS))
 def test_vectorizer_transform(name, backend):
     vec = VECTORIZERS[name]().fit(TRAIN)
-    assert_same(vec, _compile(vec, backend), TEST)
+    assert_same(vec, compile_or_skip(vec, backend), TEST)
 
 
 # ------------------------------------------------------------------------ pipelines --
@@ -172,21 +164,21 @@ HEADS = {
 @pytest.mark.parametrize("head", sorted(HEADS))
 def test_tfidf_pipeline(head, backend):
     pipe = make_pipeline(TfidfVectorizer(ngram_range=(1, 2)), HEADS[head]()).fit(TRAIN, Y)
-    assert_same(pipe, _compile(pipe, backend), TEST)
+    assert_same(pipe, compile_or_skip(pipe, backend), TEST)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_count_tfidf_transformer_regression(backend):
     pipe = make_pipeline(CountVectorizer(stop_words=["ok"]), TfidfTransformer(sublinear_tf=True),
                          LinearRegression()).fit(TRAIN, Y * 1.5)
-    assert_same(pipe, _compile(pipe, backend), TEST)
+    assert_same(pipe, compile_or_skip(pipe, backend), TEST)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_hashing_pipeline(backend):
     pipe = make_pipeline(HashingVectorizer(n_features=2 ** 12, ngram_range=(1, 2), norm=None),
                          TfidfTransformer(), LogisticRegression()).fit(TRAIN, Y)
-    assert_same(pipe, _compile(pipe, backend), TEST)
+    assert_same(pipe, compile_or_skip(pipe, backend), TEST)
 
 
 def test_murmurhash_is_sklearns():
@@ -203,16 +195,16 @@ def test_murmurhash_is_sklearns():
 
 def test_binary_logistic_on_counts():
     pipe = make_pipeline(CountVectorizer(binary=True), LogisticRegression()).fit(TRAIN, Y > 0)
-    assert_same(pipe, _compile(pipe, "native"), TEST)
+    assert_same(pipe, compile_or_skip(pipe, "native"), TEST)
 
 
 def test_saved_text_pipeline_loads(tmp_path):
     pipe = make_pipeline(TfidfVectorizer(ngram_range=(1, 2)), MultinomialNB()).fit(TRAIN, Y)
-    m = _compile(pipe, "reference")
+    m = compile_or_skip(pipe, "reference")
     m.save(tmp_path / "m.peregrine")
     assert_same(pipe, peregrine.load(tmp_path / "m.peregrine"), TEST)
     vec = TfidfVectorizer().fit(TRAIN)
-    _compile(vec, "reference").save(tmp_path / "v.peregrine")
+    compile_or_skip(vec, "reference").save(tmp_path / "v.peregrine")
     assert_same(vec, peregrine.load(tmp_path / "v.peregrine"), TEST)
 
 
@@ -223,7 +215,7 @@ def test_inputs_like_sklearn():
     import pandas as pd
 
     pipe = make_pipeline(TfidfVectorizer(), LogisticRegression()).fit(TRAIN, Y)
-    m = _compile(pipe, "reference")
+    m = compile_or_skip(pipe, "reference")
     want = pipe.predict_proba(TEST)
     for docs in (TEST, tuple(TEST), np.array(TEST, dtype=object), np.array(TEST),
                  pd.Series(TEST)):
