@@ -88,6 +88,7 @@ def tree_model_spec(model: Any, graph, methods: dict, n_features: int, **kw) -> 
         source=qualified_name(model),
         feature_names=sklearn_feature_names(model),
         allow_inf=False,  # check_array rejects infinity for every sklearn tree model
+        finite_dtype="float32",  # ... after the cast to float32 (DTYPE): 1e300 is infinity
         versions={"sklearn": sklearn_version},
         **kw,
     )

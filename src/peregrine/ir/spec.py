@@ -78,6 +78,10 @@ class ModelSpec:
     # the sparse matrix the transform returns (ir/semantics/text.py, runtime/text.py)
     text: TextSpec | None = None
     sparse_absent: str = "zero"  # SPARSE_ABSENT: the source's rule for absent sparse entries
+    # the dtype the source checks finiteness in: "float32" where it casts the input to float32
+    # first (scikit-learn's tree models: a float64 value beyond float32's range becomes
+    # infinity there, and with allow_inf False is rejected: "a value too large for float32")
+    finite_dtype: str = "float64"
 
     def __post_init__(self) -> None:
         if self.sparse_absent not in SPARSE_ABSENT:

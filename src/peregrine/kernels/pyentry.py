@@ -68,7 +68,7 @@ METH_FASTCALL_KEYWORDS = 0x0080 | 0x0002
 class _EntrySource:
     """The entry's LLVM module, for ``jit.kernel_address`` (cached on disk like kernels)."""
 
-    symbol = "peregrine_pyentry_v2"
+    symbol = "peregrine_pyentry_v3"
 
     @property
     def key(self) -> str:
@@ -229,12 +229,16 @@ def _copy_rows(b, fn, data, n, nf, s0, s1, is64, cmp32, xbuf, bad) -> None:
             src = gep(b, data, [b.add(rbase, b.mul(f, s1))], source_etype=ir.IntType(8))
             v32 = b.fpext(b.load(src, typ=F32, align=1), F64)
             v = b.select(is64, b.load(src, typ=F64, align=1), v32)
-            b.store(b.or_(b.load(bad, typ=I1), b.fcmp_unordered("uno", b.fsub(v, v), v)),
+            # the value the kernel compares: a float64 beyond float32's range is infinity there
+            # (scikit-learn's trees reject it as "too large for float32")
+            t = b.fptrunc(v, F32)
+            seen = b.select(cmp32, b.fpext(t, F64), v)
+            b.store(b.or_(b.load(bad, typ=I1), b.fcmp_unordered("uno", b.fsub(seen, seen), seen)),
                     bad)
             at = b.add(b.mul(r, nf), f)
             with b.if_else(cmp32) as (narrow, wide):
                 with narrow:
-                    b.store(b.fptrunc(v, F32), gep(b, xbuf, [at], source_etype=F32))
+                    b.store(t, gep(b, xbuf, [at], source_etype=F32))
                 with wide:
                     b.store(v, gep(b, xbuf, [at], source_etype=F64))
 

@@ -154,6 +154,7 @@ def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
             "input_checks": [[m, c] for m, c in spec.input_checks],
             "int_input_dtype": spec.int_input_dtype,
             "sparse_absent": spec.sparse_absent,
+            "finite_dtype": spec.finite_dtype,
             "versions": spec.versions,
             "text": None if spec.text is None else w.value(_text_state(spec.text)),
         },
@@ -269,6 +270,7 @@ def _spec_from_json(d: dict[str, Any], r: _Reader) -> ModelSpec:
         hash_columns={int(k): _hash_rule(v) for k, v in d.get("hash_columns", ())},
         versions=dict(d.get("versions", {})),
         sparse_absent=_sparse_rule(d.get("sparse_absent") or _old_sparse_rule(d, graph)),
+        finite_dtype=_finite_dtype(d.get("finite_dtype", "float64")),
         text=_text_from(d.get("text"), r),
     )
 
@@ -290,6 +292,12 @@ def _hash_rule(value: Any) -> str:
     if value not in HASH_RULES:
         raise ArtifactError(f"artifact's hashing rule {value!r} is not one of {HASH_RULES}")
     return str(value)
+
+
+def _finite_dtype(value: Any) -> str:
+    if value not in ("float32", "float64"):
+        raise ArtifactError(f"artifact's finite_dtype {value!r} is not float32 or float64")
+    return value
 
 
 def _old_sparse_rule(d: dict[str, Any], graph: Graph) -> str:

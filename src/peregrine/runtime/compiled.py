@@ -256,9 +256,14 @@ class CompiledModel:
         # (one reduction, ~0.5 us a row); anything else (a NaN the model accepts, an overflowing
         # sum, a value to reject) takes the generic path, which checks and says where
         total, finite = np.add.reduce, math.isfinite
-
-        def check(X: np.ndarray) -> np.ndarray:
-            return fast(X) if finite(total(X, None)) else generic(name, X)
+        if spec.finite_dtype == "float32" and not spec.allow_inf:
+            # and no float64 value that float32 makes infinite (scikit-learn's trees)
+            def check(X: np.ndarray) -> np.ndarray:
+                ok = finite(total(X, None)) and (X.dtype != np.float64 or not beyond_float32(X))
+                return fast(X) if ok else generic(name, X)
+        else:
+            def check(X: np.ndarray) -> np.ndarray:
+                return fast(X) if finite(total(X, None)) else generic(name, X)
 
         if native is not None:  # the builtin sees each value as it copies it
             check.native = partial(native, finite_only=True)
@@ -374,5 +379,5 @@ def build(spec: ModelSpec, backend: str, options: CompileOptions, device: str,
     return CompiledModel(spec, backend, executable, options, device, content_hash)
 
 
-from peregrine.runtime.inputs import prepare_input  # noqa: E402  (after CompiledModel: no cycle)
+from peregrine.runtime.inputs import beyond_float32, prepare_input  # noqa: E402  (after CompiledModel: no cycle)
 from peregrine.runtime.sparse import call_sparse, is_sparse  # noqa: E402
