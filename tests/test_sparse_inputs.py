@@ -344,3 +344,33 @@ def test_block_dtype(models):
                        ("maxabs_logreg", np.float64)):
         compiled = peregrine.compile(models[name], backend="reference")
         assert rsparse.block_dtype(compiled, rsparse.as_csr(S, compiled.spec)) == want, name
+
+
+def test_sparse_refused_where_the_source_refuses_it():
+    """HistGradientBoosting and a centring StandardScaler reading the raw input refuse a sparse
+    matrix in scikit-learn; the compiled model raises a typed error instead of answering for
+    the densified matrix. A StandardScaler that does not centre accepts it in both."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(300, 4))
+    y = (X[:, 0] > 0).astype(int)
+    S = sparse.csr_matrix(X * (X > 0.5))
+    refused = [
+        HistGradientBoostingClassifier(max_iter=3).fit(X, y),
+        make_pipeline(StandardScaler(), LogisticRegression()).fit(X, y),
+        make_pipeline(ColumnTransformer([("s", StandardScaler(), [0, 2])]),
+                      LogisticRegression()).fit(X, y),
+    ]
+    for model in refused:
+        with pytest.raises((TypeError, ValueError)):
+            model.predict(S)
+        with pytest.raises(InputError):
+            peregrine.compile(model, "native").predict(S)
+    kept = make_pipeline(StandardScaler(with_mean=False), LogisticRegression()).fit(X, y)
+    np.testing.assert_allclose(peregrine.compile(kept, "native").predict_proba(S),
+                               kept.predict_proba(S), rtol=1e-5, atol=1e-6)

@@ -286,7 +286,8 @@ def _hgb_spec(model, graph, methods, maps) -> ModelSpec:
     # validate_data(..., ensure_all_finite=False): NaN and +-inf are both accepted
     spec = tree_model_spec(model, graph, methods, model.n_features_in_, allow_nan=True,
                            category_maps=maps)
-    return dataclasses.replace(spec, allow_inf=True)
+    # sparse input: "Sparse data was passed for X, but dense data is required"
+    return dataclasses.replace(spec, allow_inf=True, sparse_absent="refuse")
 
 
 @register_frontend(

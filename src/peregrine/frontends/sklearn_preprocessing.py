@@ -85,6 +85,8 @@ def _f32(flow: Flow, mode: Any) -> Any:
 @register_step(StandardScaler)
 def step_standard_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "n_features_in_")
+    if est.with_mean:  # "Cannot center sparse matrices"
+        ctx.refuse_sparse(flow)
     # transform: X -= mean_ (with_mean); X /= scale_ (with_std); NaN passes through
     return _numeric(est, ctx, flow, Op.CENTER_SCALE,
                     center=_per_column(est.mean_ if est.with_mean else None, flow.width, 0.0),

@@ -80,6 +80,16 @@ class Context:
             return nodes[0]
         return self.g.add(Op.CONCAT, tuple(nodes), width=sum(len(w) for _, w in self.checks))
 
+    def refuse_sparse(self, flow: Flow) -> None:
+        """The step reading ``flow`` refuses a scipy.sparse matrix (StandardScaler centring
+        one, HistGradientBoosting): when ``flow`` is the raw input or columns of it, a sparse
+        input is refused as the source refuses it (ModelSpec.sparse_absent "refuse")."""
+        node = self.g.node(flow.node)
+        while node.op is Op.SELECT:
+            node = self.g.node(node.inputs[0])
+        if node.op is Op.INPUT:
+            self.sparse_absent = "refuse"
+
     def reject_nan(self, flow: Flow) -> None:
         """The step reading ``flow`` rejects NaN (sklearn's check_array): so must the input."""
         if flow.nan:
