@@ -34,14 +34,9 @@ def _one_thread():
 
 
 def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    from peregrine.bench.report import _cpu_model  # the CPU name peregrine bench reports
+
+    return _cpu_model() or platform.processor() or "unknown CPU"
 
 
 def _random_csr(rows: int, cols: int, density: float, seed: int):
