@@ -13,7 +13,7 @@ from peregrine.backends import get_backend, resolve_auto
 from peregrine.errors import ArtifactError, InputError, UnsupportedModelError
 from peregrine.frontends import FRONTENDS, convert, load_all
 from peregrine.options import CompileOptions
-from peregrine.passes import run_passes
+from peregrine.passes import report_error, run_passes
 from peregrine.runtime.compiled import CompiledModel, build
 from peregrine.sources import is_model_source, load_model
 
@@ -61,7 +61,8 @@ def compile(  # noqa: A001 - the public name users expect
     if is_model_source(model):
         model = load_model(model).model
     spec = convert(model)
-    report: list[dict[str, str]] = []
+    report: list[dict[str, Any]] = []
+    exact_graph = spec.graph
     spec = dataclasses.replace(spec, graph=run_passes(spec.graph, options, report))
     if backend == "auto":
         backend = resolve_auto()
@@ -81,6 +82,8 @@ def compile(  # noqa: A001 - the public name users expect
         )
     if rows is not None and not isinstance(rows, np.ndarray):  # a tensor kept as one
         rows = rows.detach().cpu().numpy()
+    # Precision.FAST: the gated passes' measured error, on these rows or synthetic ones
+    report_error(exact_graph, spec.graph, report, rows, options)
     compiled = build(spec, backend, options, device, sample=rows)
     compiled.passes = report
     if options.validate:

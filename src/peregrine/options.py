@@ -26,11 +26,20 @@ class Precision(enum.Enum):
     in float64 where the source library compares in float64), and leaf values accumulate in float64.
     FLOAT32 trades the last bits of the sum for speed: float64 input is rounded to float32 first,
     which is exact only for libraries that do the same (scikit-learn trees, XGBoost).
+    FAST is AUTO's arithmetic plus the graph passes gated behind it (``passes/__init__.py``,
+    docs/passes.md): rewrites that may move result bits within the conformance tolerance (rtol
+    1e-5 / atol 1e-6, with the rounding bound written in docs/exactness.md) — linear chains
+    folded into one product, a monotone map in front of ``predict``'s argmax or threshold
+    dropped. A label an argmax or threshold decides may then change only where the exact answer
+    is within rounding of a tie; nothing reaching a tree's comparison is ever rewritten. When a
+    gated pass changed the graph, compile measures the optimized graph against the exact one
+    and reports each output's largest error (``explain()``, saved with the artifact).
     """
 
     AUTO = "auto"
     FLOAT32 = "float32"
     FLOAT64 = "float64"
+    FAST = "fast"
 
 
 TUNE_MODES = ("auto", "off", "exhaustive")
@@ -45,7 +54,8 @@ class CompileOptions:
     tree_strategy:
         Tensor strategy for tree ensembles; AUTO lets the torch backend pick one (``backends/torch/strategy.py``).
     precision:
-        See :class:`Precision`.
+        See :class:`Precision`; ``"fast"`` also runs the gated graph passes and reports their
+        measured error.
     n_threads:
         Threads the backend may use; ``None`` means all cores.
     batch_size:
@@ -67,7 +77,8 @@ class CompileOptions:
         report; ``peregrine.load`` has no source model and does not validate again.
     passes:
         Names of the graph passes to run (``peregrine.passes.PIPELINE``, in its order); None
-        runs them all. Every pass is exact, so this changes speed, never answers.
+        runs them all. Every pass is exact, so this changes speed, never answers; the passes
+        gated behind ``Precision.FAST`` run only at that level.
     disable_passes:
         Names of passes not to run (e.g. to measure what one buys).
     tune:
@@ -97,7 +108,15 @@ class CompileOptions:
         if isinstance(self.tree_strategy, str):
             object.__setattr__(self, "tree_strategy", TreeStrategy(self.tree_strategy))
         if isinstance(self.precision, str):
-            object.__setattr__(self, "precision", Precision(self.precision))
+            try:
+                object.__setattr__(self, "precision", Precision(self.precision))
+            except ValueError:
+                raise ValueError(f"CompileOptions.precision must be one of "
+                                 f"{', '.join(p.value for p in Precision)}, "
+                                 f"got {self.precision!r}") from None
+        if not isinstance(self.precision, Precision):
+            raise ValueError(f"CompileOptions.precision must be a Precision, got "
+                             f"{self.precision!r}")
         if self.n_threads is not None and self.n_threads < 1:
             raise ValueError(f"CompileOptions.n_threads must be >= 1, got {self.n_threads}")
         if not isinstance(self.fused_kernels, bool):  # "no" would be truthy
@@ -146,7 +165,7 @@ class CompileOptions:
     def from_json(cls, data: dict[str, Any]) -> CompileOptions:
         return cls(
             tree_strategy=TreeStrategy(data["tree_strategy"]),
-            precision=Precision(data["precision"]),
+            precision=data["precision"],  # a level this version lacks: ValueError
             n_threads=data.get("n_threads"),
             batch_size=data.get("batch_size"),
             schedule=data.get("schedule"),
