@@ -55,15 +55,10 @@ DEFAULT = {
 # case id -> a pattern the UnsupportedModelError must contain (the op the exporter cannot
 # express). Found by running the full matrix; docs/export.md's table says why each refuses.
 _REFUSALS: dict[str, tuple[str, ...]] = {
-    # KNN_IMPUTE, QUANTILE, BSPLINE, WEIGHTED_MEDIAN: no ONNX lowering yet (each refuses
-    # naming itself); KNN, INTERP and SVM_PROBA export (export/onnx_neighbours.py,
-    # onnx_lookup.py, onnx_kernels.py)
+    # KNN_IMPUTE: no ONNX lowering yet (refuses naming itself); KNN, INTERP, SVM_PROBA,
+    # QUANTILE, BSPLINE and WEIGHTED_MEDIAN export (export/onnx_neighbours.py,
+    # onnx_lookup.py, onnx_kernels.py, onnx_transformers.py)
     r"op knn_impute": ("tf-knn-imputer-uniform", "tf-knn-imputer-distance"),
-    r"op quantile": ("tf-quantile-uniform", "tf-quantile-normal", "tf-quantile-normal-full"),
-    r"op bspline": ("tf-spline-constant", "tf-spline-linear-d1", "tf-spline-linear-d3",
-                    "tf-spline-continue", "tf-spline-periodic", "tf-spline-error",
-                    "tf-spline-nan-zeros"),
-    r"op weighted_median": ("meta-ada-reg",),
     # networks (TorchStep, skorch): the float32 network ops (DENSE / ACTIVATION / BATCH_NORM,
     # torch's kernels) have no ONNX lowering yet; the first one reached names itself
     r"op activation": ("hybrid-scaler-torchstep-lightgbm",
@@ -142,6 +137,7 @@ def test_support_table_matches_refusals():
         onnx_lookup,
         onnx_neighbours,
         onnx_ops,
+        onnx_transformers,
         onnx_trees,
     )
     from peregrine.export.onnx_graph import LOWERINGS

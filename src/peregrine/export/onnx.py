@@ -80,6 +80,7 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
         onnx_lookup,
         onnx_neighbours,
         onnx_ops,
+        onnx_transformers,
         onnx_trees,
     )
     from peregrine.export.onnx_float32 import float32_nodes, narrow_lowering, parse_precision

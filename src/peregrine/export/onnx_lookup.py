@@ -34,9 +34,15 @@ def _row(e: Emitter, v: Any, dtype: Any = np.float64) -> str:
 
 @lowering(Op.INTERP)
 def lower_interp(e: Emitter, n: Any, ins: list[str]) -> str:
-    a, x = n.attrs, ins[0]
-    xps = [np.asarray(t, np.float64).reshape(-1) for t in a.xp]
-    fps = [np.asarray(t, np.float64).reshape(-1) for t in a.fp]
+    a = n.attrs
+    return interp_columns(e, ins[0], a.xp, a.fp, a.left, a.right)
+
+
+def interp_columns(e: Emitter, x: str, xp: Any, fp: Any, left: Any, right: Any) -> str:
+    """Column j of ``x`` (double) -> np.interp(x[:, j], xp[j], fp[j], left[j], right[j]),
+    bit-equal (INTERP, and QUANTILE's two lookups: ``onnx_transformers.py``)."""
+    xps = [np.asarray(t, np.float64).reshape(-1) for t in xp]
+    fps = [np.asarray(t, np.float64).reshape(-1) for t in fp]
     d = len(xps)
     sizes = np.asarray([len(t) for t in xps], np.int64)
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
@@ -81,11 +87,39 @@ def lower_interp(e: Emitter, n: Any, ins: list[str]) -> str:
     res = e.op("Where", [e.op("Equal", [x, xp_i]), fp_i, res])
     first = _row(e, [t[0] for t in xps])
     last = _row(e, [t[-1] for t in xps])
-    res = e.op("Where", [e.op("Less", [x, first]), _row(e, np.asarray(a.left, np.float64)),
+    res = e.op("Where", [e.op("Less", [x, first]), _row(e, np.asarray(left, np.float64)),
                          res])
     res = e.op("Where", [e.op("Greater", [x, last]),
-                         _row(e, np.asarray(a.right, np.float64)), res])
+                         _row(e, np.asarray(right, np.float64)), res])
     # NaN -> NaN, except a one-point table's fp
     single = sizes == 1
     nan_to = np.where(single, [t[0] for t in fps], np.nan)
     return e.op("Where", [e.op("IsNaN", [x]), _row(e, nan_to), res])
+
+
+@lowering(Op.WEIGHTED_MEDIAN)
+def lower_weighted_median(e: Emitter, n: Any, ins: list[str]) -> str:
+    """AdaBoostRegressor's weighted median (``ir/semantics/meta.py``) as the rule computes it:
+    each row sorted ascending (TopK with k = all members; ONNX orders equal values by lower
+    index), the members' weights gathered in that order and summed left to right (CumSum:
+    NumPy's cumsum is sequential too, so the same doubles), the first position whose
+    cumulative weight is >= 0.5 * the row's total (ArgMax keeps the first maximum, as
+    NumPy's ``argmax`` of the 0/1 row), and the sorted prediction there. Equal predictions
+    sorted in another order than NumPy's argsort give the same value (the crossing is inside
+    the tied run either way) unless reordering their weights moves the rounded cumulative
+    sum across the half, which needs a tie exactly at the crossing."""
+    from onnx import helper
+
+    w = np.asarray(n.attrs.weights, np.float64).reshape(-1)
+    m = w.size
+    pred = e.to_double(ins[0])
+    values, order = e.fresh("sorted"), e.fresh("order")
+    e.nodes.append(helper.make_node(
+        "TopK", [pred, e.const(np.asarray([m], np.int64))], [values, order],
+        name=e.fresh("topk"), axis=1, largest=0, sorted=1))
+    cdf = e.op("CumSum", [e.op("Gather", [e.const(w), order], axis=0),
+                          e.const(np.asarray(1, np.int64))])
+    half = e.op("Mul", [e.const(np.asarray(0.5)), e.columns(cdf, m - 1, m)])
+    reached = e.op("Cast", [e.op("GreaterOrEqual", [cdf, half])], to=TensorProto.INT32)
+    at = e.op("ArgMax", [reached], axis=1, keepdims=1)
+    return e.op("GatherElements", [values, at], axis=1)

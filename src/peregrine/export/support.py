@@ -11,9 +11,6 @@ from __future__ import annotations
 # class name -> (op without an ONNX lowering, when: "" = always, else the configuration)
 NOT_EXPORTED: dict[str, tuple[str, str]] = {
     "KNNImputer": ("knn_impute", ""),
-    "QuantileTransformer": ("quantile", ""),
-    "SplineTransformer": ("bspline", ""),
-    "AdaBoostRegressor": ("weighted_median", ""),
     "TorchStep": ("dense/activation/batch_norm", ""),
     "NeuralNetClassifier": ("dense/activation/batch_norm", ""),
     "NeuralNetBinaryClassifier": ("dense/activation/batch_norm", ""),
