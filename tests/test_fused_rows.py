@@ -90,7 +90,7 @@ def _rows(n: int, dtype, seed: int = 0) -> np.ndarray:
 
 def _fused(cm) -> dict:
     if cm.backend == "native":
-        return {k: v for k, v in cm._exec._row_kernels.items() if v is not None}
+        return cm._exec.row_kernels()
     return {k: p for k, p in cm._exec._programs.items() if isinstance(p, FusedProgram)}
 
 

@@ -56,7 +56,7 @@ def _unseen(X: np.ndarray, kw: dict) -> np.ndarray:
 
 
 def _fused(compiled, output: str) -> bool:
-    return compiled._exec._rows((compiled.spec.methods[output].output,)) is not None
+    return (compiled.spec.methods[output].output,) in compiled._exec.row_kernels()
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -139,8 +139,8 @@ def test_forest_input_is_one_row_region(head):
     model = _column_model(HEADS[head]())
     method = "predict_proba" if hasattr(model, "predict_proba") else "predict"
     compiled = peregrine.compile(model, "native")
-    plan = compiled._exec._plan_for((compiled.spec.methods[method].output,))
-    regions = [s for s in plan if isinstance(s, RowRegion)]
+    plan = compiled._exec.plan((compiled.spec.methods[method].output,))
+    regions = [s for s in plan.steps if isinstance(s, RowRegion)]
     assert len(regions) == 1
     # the forest compares in float32 (scikit-learn's forests, XGBoost) or float64
     # (HistGradientBoosting, LightGBM): the region stores that dtype

@@ -271,23 +271,13 @@ class CompiledModel:
 
     @staticmethod
     def _finish(method: Any, run: Any) -> Any:
-        """``run`` followed by what ``_call`` does to its output (labels, squeeze, dtype)."""
-        if method.sparse:
-            dense = CompiledModel._finish(replace(method, sparse=""), run)
-            return lambda X: _to_sparse(dense(X), method.sparse)
-        labels = method.labels
-        if labels is not None:
-            return lambda X: labels[run(X).reshape(-1)]
-        squeeze, dtype = method.squeeze, method.dtype
-        if dtype == "input":
-            if squeeze:
-                return lambda X: run(X).reshape(-1).astype(X.dtype, copy=False)
-            return lambda X: run(X).astype(X.dtype, copy=False)
-        if squeeze:
-            return lambda X: run(X).reshape(-1).astype(dtype, copy=False)
-        if getattr(run, "dtype", None) == np.dtype(dtype):
+        """``run`` followed by what ``_call`` does to its output (``output_shaper``)."""
+        plain = not (method.sparse or method.squeeze) and method.labels is None
+        if plain and method.dtype != "input" and getattr(run, "dtype", None) == \
+                np.dtype(method.dtype):
             return run  # the runner already returns what the method does
-        return lambda X: run(X).astype(dtype, copy=False)
+        shape = output_shaper(method)
+        return lambda X: shape(run(X), X.dtype)
 
     def _call(self, name: str, X: Any) -> np.ndarray:
         method = self.spec.methods[name]
@@ -310,18 +300,12 @@ class CompiledModel:
             out = res[method.output]
         else:
             out = self._exec.run(arr, (method.output,))[method.output]
-        out = np.asarray(out)
         if method.strings:
             return _string_columns(X, self.spec, method.strings)
-        if method.labels is not None:
-            out = method.labels[out.reshape(-1)]
-            return out
-        if method.squeeze:
-            out = out.reshape(-1)
         # dtype "input": the source keeps a float32 input float32 (sklearn's scalers)
-        dtype = str(arr.dtype).replace("torch.", "") if method.dtype == "input" else method.dtype
-        out = out.astype(dtype, copy=False)
-        return _to_sparse(out, method.sparse) if method.sparse else out
+        in_dtype = np.dtype(str(arr.dtype).replace("torch.", "")) \
+            if method.dtype == "input" else None
+        return output_shaper(method)(np.asarray(out), in_dtype)
 
     def _raise_flagged(self, flags: np.ndarray, arr: Any) -> None:
         bad = flags != 0
@@ -338,6 +322,27 @@ class CompiledModel:
                 value = None if np.isnan(value) or value == 0 else cats[int(value)]
             where = f" in column {names[src] if names else src!r} (value {value!r})"
         raise InputError(f"{self.spec.source}: row {r}{where}: {what}")
+
+
+def output_shaper(method: Any) -> Any:
+    """``(output, input dtype) -> what the method returns``: the source's labels for class
+    indices, 1-D where the source squeezes, its dtype ("input": the input's float dtype) and
+    its scipy.sparse class. The one place both the generic path (``_call``) and the online
+    paths (``_finish``) shape outputs."""
+    if method.sparse:
+        dense = output_shaper(replace(method, sparse=""))
+        return lambda out, dt: _to_sparse(dense(out, dt), method.sparse)
+    labels = method.labels
+    if labels is not None:
+        return lambda out, dt: labels[out.reshape(-1)]
+    if method.dtype == "input":
+        if method.squeeze:
+            return lambda out, dt: out.reshape(-1).astype(dt, copy=False)
+        return lambda out, dt: out.astype(dt, copy=False)
+    dtype = np.dtype(method.dtype)
+    if method.squeeze:
+        return lambda out, dt: out.reshape(-1).astype(dtype, copy=False)
+    return lambda out, dt: out.astype(dtype, copy=False)
 
 
 def _string_columns(X: Any, spec: ModelSpec, strings: tuple) -> np.ndarray:

@@ -1,5 +1,6 @@
-"""The native executable: the model's graph run with compiled forests (program.py), fused row
-kernels (kernels/fused.py) and the op rules for the rest.
+"""The native executable: the model's graph lowered per set of outputs (lower.py) into a plan
+of compiled forests (program.py), fused row kernels (kernels/fused.py) and op rules, run by one
+executor.
 
 Each TREE_ENSEMBLE node becomes a :class:`ForestProgram`. The element-wise ops right after it
 (links, affine, binary probabilities, a classifier's decision) run fused in its kernel
@@ -18,9 +19,10 @@ import numpy as np
 
 from peregrine.backends.base import Executable
 from peregrine.backends.native import rules
-from peregrine.backends.native.fusion import FusedForest, RowRegion, fuse_plan, prologue_regions
+from peregrine.backends.native.fusion import FusedForest, RowRegion
+from peregrine.backends.native.lower import Plan, lower
 from peregrine.backends.native.program import FLOAT64, INPUT_DTYPES, ForestProgram
-from peregrine.ir import Op
+from peregrine.ir import Node, Op
 from peregrine.kernels import jit
 from peregrine.kernels.fused import RowKernel, checked_runner, narrow_outputs, row_kernel
 from peregrine.options import CompileOptions
@@ -37,34 +39,23 @@ class NativeExecutable(Executable):
                  reasons: dict[str, str], target: jit.Target) -> None:
         self.spec, self.options, self.programs = spec, options, programs
         self.reasons, self.target = reasons, target
-        self._plans: dict[tuple[str, ...], list] = {}
-        self._direct: dict[tuple[str, ...], tuple] = {}
-        # outputs computed by row-wise pipeline ops only: one fused kernel each (fused.py),
-        # compiled now so errors show at compile time
-        self._row_kernels: dict[tuple[str, ...], RowKernel | None] = {}
+        self.fused = options.fused_kernels  # lower.Kernels
+        self._plans: dict[tuple[str, ...], Plan] = {}
+        self._direct: dict[tuple[str, ...], Any] = {}
+        # each method's plan now, so kernels compile (and errors show) at compile time
         for output in sorted({m.output for m in spec.methods.values()}):
-            self._rows((output,))
+            self.plan((output,))
 
-    def _rows(self, outputs: tuple[str, ...]) -> RowKernel | None:
-        if outputs not in self._row_kernels:
-            kernel = None
-            if self.options.fused_kernels:
-                graph = self.spec.graph
-                kernel = row_kernel(graph, [graph.outputs[o] for o in outputs],
-                                    narrow_outputs(self.spec, outputs))
-                if kernel is not None:
-                    kernel.prepare()
-            self._row_kernels[outputs] = kernel
-        return self._row_kernels[outputs]
-
-    def _plan(self, outputs: tuple[str, ...]) -> list:
+    # ------------------------------------------------------- lower.Kernels, for the passes --
+    def rows(self, outputs: tuple[str, ...]) -> RowKernel | None:
         graph = self.spec.graph
-        plan = fuse_plan(graph, {graph.outputs[o] for o in outputs})
-        if not self.options.fused_kernels:
-            return plan
-        return prologue_regions(graph, plan, self._prologue_kernel)
+        kernel = row_kernel(graph, [graph.outputs[o] for o in outputs],
+                            narrow_outputs(self.spec, outputs))
+        if kernel is not None:
+            kernel.prepare()
+        return kernel
 
-    def _prologue_kernel(self, end: str, step: FusedForest) -> tuple | None:
+    def prologue(self, end: str, step: FusedForest) -> tuple | None:
         """The fused row kernel computing forest ``step``'s input ``end``, stored in the dtype
         the forest compares float64 input in (float32 for the libraries that round their
         input to float32 first: the kernel's rounding is NumPy's astype, so the same values
@@ -82,28 +73,52 @@ class NativeExecutable(Executable):
         kernel.prepare()
         return kernel, dtype
 
+    # ------------------------------------------------------------------------ plans --
+    def plan(self, outputs: tuple[str, ...]) -> Plan:
+        """The lowered plan computing ``outputs`` (lower.py), made once."""
+        plan = self._plans.get(outputs)
+        if plan is None:
+            plan = self._plans[outputs] = lower(self.spec.graph, outputs, self)
+            direct = self._direct_call(plan)
+            if direct is not None:
+                self._direct[outputs] = direct
+        return plan
+
+    def _direct_call(self, plan: Plan) -> Any:
+        """``X -> the output`` for a plan that is one forest kernel on the input, in the
+        method's dtype, with the few-rows slot inlined (ForestProgram.caller)."""
+        if not (plan.kernel_only and len(plan.outputs) == 1) or \
+                not isinstance(plan.steps[1], FusedForest):
+            return None
+        step = plan.steps[1]
+        dtype = step.dtype if step.dtype.kind == "i" else self._method_dtype(plan.outputs[0])
+        return self.programs[step.tree.name].caller(
+            step.program, step.width, lambda X: self._forest(step, X, dtype), dtype)
+
     def runner(self, output: str) -> Any:
-        """The online path for an output computed from one forest of the input: the forest
-        and its fused ops through the few-rows kernel, then any remaining ops (argmax, ...)
-        as their NumPy rules, without ``run``'s per-call planning."""
-        rows = self._rows((output,))
-        if rows is not None and not all(rows.supports(d) for d in INPUT_DTYPES):
-            return None  # the generic path picks the kernel or the rules per input dtype
-        if rows is not None:
-            return checked_runner(rows, self.spec, self.options,
+        """The online path (``Executable.runner``) for a plan that starts with one kernel on
+        the input: a fused output's row kernel, checking the source's NaN/inf policy as it
+        reads; or a forest kernel through its few-rows slot, then the plan's remaining rules
+        (argmax, ...), without ``run``'s per-call dispatch."""
+        plan = self.plan((output,))
+        if plan.kernel_only and isinstance(plan.steps[1], RowRegion):
+            kernel = plan.steps[1].kernel
+            if not all(kernel.supports(d) for d in INPUT_DTYPES):
+                return None  # the executor picks the kernel or the rules per input dtype
+            return checked_runner(kernel, self.spec, self.options,
                                   partial(default_threads, self.options))
-        plan = self._plan_for((output,))
         direct = self._direct.get((output,))
         if direct is not None:
             return direct
-        if len(plan) < 3 or plan[0].op is not Op.INPUT or not isinstance(plan[1], FusedForest):
+        steps = plan.steps
+        if len(steps) < 3 or steps[0].op is not Op.INPUT or \
+                not isinstance(steps[1], FusedForest) or \
+                not all(isinstance(s, Node) for s in steps[2:]):
             return None
-        step, rest, result = plan[1], plan[2:], self.spec.graph.outputs[output]
-        if any(isinstance(n, FusedForest) for n in rest):
-            return None
+        step, rest, result = steps[1], steps[2:], plan.ends[0]
         first = self.programs[step.tree.name].caller(
             step.program, step.width, lambda X: self._forest(step, X), step.dtype)
-        x_name, end, options = plan[0].name, step.end, self.options
+        x_name, end, options = steps[0].name, step.end, self.options
 
         def run(X: np.ndarray) -> np.ndarray:
             values = {x_name: X, end: first(X)}
@@ -114,76 +129,55 @@ class NativeExecutable(Executable):
 
         return run
 
-    def _plan_for(self, outputs: tuple[str, ...]) -> list:
-        plan = self._plans.get(outputs)
-        if plan is None:
-            plan = self._plans[outputs] = self._plan(outputs)
-            if len(plan) == 2 and len(outputs) == 1 and isinstance(plan[1], FusedForest):
-                step = plan[1]
-                prog = self.programs[step.tree.name]
-                dtype = (step.dtype if step.dtype.kind == "i"
-                         else self._method_dtype(outputs[0]))
-                self._direct[outputs] = prog.caller(
-                    step.program, step.width, lambda X, s=step, d=dtype: self._forest(s, X, d),
-                    dtype)
-        return plan
-
+    # --------------------------------------------------------------------- executor --
     def run(self, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """The one executor: the plan's steps in order (each by its kind, ``_STEPS``), a row
+        block at a time where the plan says so (``Plan.blocked``)."""
         direct = self._direct.get(outputs)
         if direct is not None and type(X) is np.ndarray:
-            return {outputs[0]: direct(X)}  # input -> forest and its fused ops, nothing else
+            return {outputs[0]: direct(X)}  # the few-rows slot, in the method's dtype
         if not isinstance(X, np.ndarray):
             X = X.detach().cpu().numpy()  # a torch tensor handed to a CPU backend
-        rows = self._rows(outputs)
-        if rows is not None and X.ndim == 2 and X.dtype in INPUT_DTYPES and X.shape[0] and \
-                rows.supports(X.dtype):
-            res = rows.run(np.ascontiguousarray(X), default_threads(self.options))
-            return dict(zip(outputs, res))
-        plan = self._plan_for(outputs)
-        regions = any(isinstance(step, RowRegion) for step in plan)
-        if regions or not any(isinstance(step, FusedForest) for step in plan):
+        plan = self.plan(outputs)
+        if plan.blocked:
             block = self._block_rows(plan)
             if X.shape[0] > block:
-                # rules only (no forest kernel, which splits rows over threads itself): row
-                # blocks keep each op's temporaries near the cache instead of full passes.
                 # Sequential: blocks on the thread pool measured slower for BLAS-bound plans
                 # (kernel SVMs, KernelPCA), whose BLAS calls already use every core. A plan
-                # with row regions: a region's output (a forest's input, often much wider
-                # than X: one-hot columns) is written and read back a block at a time (400K
-                # rows of the bench_passes injection case, process CPU: 0.16 s in blocks of
-                # 2-8 MiB, 0.20 s of 32 MiB, 0.26 s of 128 MiB; AMD EPYC Zen 4).
-                parts = [self._run_plan(plan, X[i:i + block], outputs)
+                # with row regions (400K rows of the bench_passes injection case, process
+                # CPU: 0.16 s in blocks of 2-8 MiB, 0.20 s of 32 MiB, 0.26 s of 128 MiB;
+                # AMD EPYC Zen 4).
+                parts = [self._steps(plan, X[i:i + block])
                          for i in range(0, X.shape[0], block)]
                 return {o: np.concatenate([p[o] for p in parts]) for o in outputs}
-        return self._run_plan(plan, X, outputs)
+        return self._steps(plan, X)
 
-    def _block_rows(self, plan: list) -> int:
-        row_bytes = 8 * sum(max(1, int(step.width or 1)) for step in plan)
-        return max(MIN_BLOCK_ROWS, BLOCK_BYTES // row_bytes)
-
-    def _run_plan(self, plan: list, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
+    def _steps(self, plan: Plan, X: np.ndarray) -> dict[str, np.ndarray]:
         values: dict[str, Any] = {}
-        for step in plan:
-            if isinstance(step, FusedForest):
-                values[step.end] = self._forest(step, values[step.tree.inputs[0]])
-            elif isinstance(step, RowRegion):
-                values[step.end] = self._region(step, values)
-            elif step.op is Op.INPUT:
-                values[step.name] = X
-            else:
-                values[step.name] = rules.run(step, [values[i] for i in step.inputs],
-                                                   self.options)
-        graph = self.spec.graph
-        return {o: values[graph.outputs[o]] for o in outputs}
+        for step in plan.steps:
+            _STEPS[type(step)](self, step, X, values)
+        return {o: values[e] for o, e in zip(plan.outputs, plan.ends)}
 
-    def _region(self, step: RowRegion, values: dict[str, Any]) -> np.ndarray:
-        X = next(iter(values.values()))  # the plan's first step is the input
-        if X.ndim == 2 and X.dtype in INPUT_DTYPES and step.kernel.supports(X.dtype):
-            return step.kernel.run(np.ascontiguousarray(X), default_threads(self.options))[0]
-        values = dict(values)  # an input dtype the kernel does not fuse: the ops' rules
-        for node in step.nodes:
+    def _rule_step(self, node: Node, X: np.ndarray, values: dict[str, Any]) -> None:
+        if node.op is Op.INPUT:
+            values[node.name] = X
+        else:
             values[node.name] = rules.run(node, [values[i] for i in node.inputs], self.options)
-        return values[step.end]
+
+    def _forest_step(self, step: FusedForest, X: np.ndarray, values: dict[str, Any]) -> None:
+        values[step.end] = self._forest(step, values[step.tree.inputs[0]])
+
+    def _region_step(self, step: RowRegion, X: np.ndarray, values: dict[str, Any]) -> None:
+        if X.ndim == 2 and X.dtype in INPUT_DTYPES and step.kernel.supports(X.dtype):
+            outs = step.kernel.run(np.ascontiguousarray(X), default_threads(self.options))
+            values.update(zip(step.ends, outs))
+            return
+        for node in step.nodes:  # an input dtype the kernel does not fuse: the ops' rules
+            values[node.name] = rules.run(node, [values[i] for i in node.inputs], self.options)
+
+    def _block_rows(self, plan: Plan) -> int:
+        row_bytes = 8 * sum(max(1, int(step.width or 1)) for step in plan.steps)
+        return max(MIN_BLOCK_ROWS, BLOCK_BYTES // row_bytes)
 
     def _method_dtype(self, output: str) -> np.dtype:
         """The float dtype the public method returning ``output`` casts to (float64 when
@@ -210,9 +204,11 @@ class NativeExecutable(Executable):
             "target": f"{self.target.cpu} ({self.target.simd_bytes * 8}-bit SIMD, "
                       f"{self.target.isa})",
         }
-        fused = {",".join(k): v.symbols for k, v in self._row_kernels.items() if v is not None}
+        fused = {",".join(k): s.kernel.symbols for k, s in self.row_kernels().items()}
         if fused:
             out["fused_kernels"] = fused
+        out["lowering"] = {",".join(k): list(p.report) or ["rules only"]
+                           for k, p in self._plans.items()}
         for name, prog in self.programs.items():
             out[f"{name} schedule"] = str(prog.schedule)
             out[f"{name} schedule (CompileOptions.schedule)"] = prog.schedule.to_json()
@@ -221,6 +217,11 @@ class NativeExecutable(Executable):
             for key, val in prog.describe().items():
                 out[f"{name} {key}"] = val
         return out
+
+    def row_kernels(self) -> dict[tuple[str, ...], RowRegion]:
+        """The outputs computed by one fused row kernel alone, per output set planned."""
+        return {k: p.steps[1] for k, p in self._plans.items()
+                if p.kernel_only and isinstance(p.steps[1], RowRegion)}
 
     def artifact_state(self) -> dict[str, Any]:
         return {"target": {"cpu": self.target.cpu, "features": self.target.features},
@@ -234,3 +235,9 @@ def default_threads(options: CompileOptions) -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+# The executor's step kinds (lower.py), each run by one method: a table keyed by type, like the
+# semantics' rule tables keyed by op.
+_STEPS = {Node: NativeExecutable._rule_step, FusedForest: NativeExecutable._forest_step,
+          RowRegion: NativeExecutable._region_step}

@@ -1,7 +1,7 @@
-"""Which ops run inside a forest's kernel: each forest and the element-wise chain after it (links,
+"""Which ops run inside one kernel: each forest and the element-wise chain after it (links,
 affine, binary probabilities, a classifier's decision) become one :class:`FusedForest`, encoded
-as its epilogue program (epilogue.py). The plan is graph-level, shared by the in-process
-executable (executable.py) and the ahead-of-time libraries (aot.py)."""
+as its epilogue program (epilogue.py); row-wise ops become a :class:`RowRegion`. Graph-level,
+shared by the in-process lowering (lower.py) and the ahead-of-time libraries (aot.py)."""
 
 from __future__ import annotations
 
@@ -38,13 +38,24 @@ def fuse_plan(graph, wanted: set[str], decisions: bool = True) -> list:
     element-wise chain after it fused into one :class:`FusedForest` (what runs in its
     kernel). Shared with the ahead-of-time libraries (aot.py), which lower the same plan;
     ``decisions``: whether a THRESHOLD / ARGMAX may end a fused chain."""
+    return fuse_forests(needed_nodes(graph, wanted), wanted, decisions)
+
+
+def needed_nodes(graph, wanted: set[str]) -> list[Node]:
+    """Every node (the input included) computing ``wanted``, in dependency order."""
     needed, stack = set(), list(wanted)
     while stack:
         name = stack.pop()
         if name not in needed:
             needed.add(name)
             stack.extend(graph.node(name).inputs)
-    order = [n for n in graph.toposort() if n.name in needed]
+    return [n for n in graph.toposort() if n.name in needed]
+
+
+def fuse_forests(order: list, wanted: set[str], decisions: bool = True) -> list:
+    """``order`` (nodes in dependency order) with each forest and the element-wise chain after
+    it, as far as its epilogue encodes (epilogue.py) and no other node reads into it, replaced
+    by one :class:`FusedForest`."""
     users = {n.name: [u for u in order if n.name in u.inputs] for n in order}
     plan, skip = [], set()
     for node in order:
@@ -67,15 +78,20 @@ def fuse_plan(graph, wanted: set[str], decisions: bool = True) -> list:
 
 @dataclass
 class RowRegion:
-    """The row-wise ops computing a forest's input (scalers, one-hot, selections,
-    ColumnTransformer blocks...), run as one fused row kernel (kernels/rowwise.py): each input
-    row is read once and only the forest's input is stored, in the dtype the forest compares
-    in, where the ops' rules would make one pass over memory each and keep every intermediate."""
+    """Row-wise ops run as one fused row kernel (kernels/rowwise.py): each input row is read
+    once and only the region's results are stored, where the ops' rules would make one pass
+    over memory each and keep every intermediate. Two uses (lower.py): every op of an output
+    computed by row-wise ops alone, and the ops computing a forest's input (scalers, one-hot,
+    selections, ColumnTransformer blocks...), stored in the dtype the forest compares in."""
 
-    end: str  # the node computed: the forest's input
+    ends: tuple[str, ...]  # the nodes computed (a forest's input; or the outputs)
     nodes: list[Node]  # every node of the region, in order
     kernel: object  # kernels.fused.RowKernel
-    dtype: np.dtype  # what the kernel stores
+    dtype: np.dtype | None  # what the kernel stores, for a forest's input (else per output)
+
+    @property
+    def end(self) -> str:
+        return self.ends[0]
 
     @property
     def width(self) -> int:
@@ -107,7 +123,7 @@ def prologue_regions(graph, plan: list, make_kernel) -> list:
         kernel, dtype = made
         first = min(out.index(s) for s in out if getattr(s, "name", None) in names)
         kept = [s for s in out if getattr(s, "name", None) not in names]
-        kept.insert(first, RowRegion(end, region, kernel, np.dtype(dtype)))
+        kept.insert(first, RowRegion((end,), region, kernel, np.dtype(dtype)))
         out = kept
     return out
 
