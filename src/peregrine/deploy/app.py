@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from peregrine.deploy import formats
 from peregrine.deploy.batcher import Batcher, QueueFull, ShuttingDown
-from peregrine.deploy.metrics import Metrics
+from peregrine.deploy.metrics import new_metrics
 from peregrine.errors import PeregrineError
 
 log = logging.getLogger("peregrine.serve")
@@ -76,6 +76,7 @@ class _TooLarge(Exception):
 
 
 _JSON_TYPE = formats.JSON.encode()
+_MEDIA = {fmt: fmt.encode() for fmt in formats.FORMATS}  # the answer's Content-Type
 
 
 def _error_body(message: str, kind: str) -> bytes:
@@ -143,7 +144,8 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
     names = model.feature_names_in_
     feature_names = None if names is None else tuple(str(n) for n in names)
     classes = model.classes_
-    metrics = Metrics(getattr(model, "content_hash", None), str(model))
+    class_list = None if classes is None else classes.tolist()  # JSON answers carry it as is
+    metrics = new_metrics(getattr(model, "content_hash", None), str(model))
     batcher = Batcher(
         model,
         max_batch=config.max_batch,
@@ -239,16 +241,14 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
                 elif name == b"content-length":
                     length = value
             try:
-                fmt = formats.media_type(
-                    None if content_type is None else content_type.decode("latin-1")
-                )
+                fmt = formats.media_type_of(content_type)
                 body = await read_body(receive, length)
                 if fmt == formats.JSON and len(body) > OFFLOAD_BYTES:
                     payload = await asyncio.to_thread(formats.decode, body, fmt, feature_names)
                 else:
                     payload = formats.decode(body, fmt, feature_names)
                 out = await batcher.submit(method, payload.key, payload.data, payload.rows)
-                labels = classes if method == "predict_proba" else None
+                labels = class_list if method == "predict_proba" else None
                 if fmt == formats.JSON and out.size > OFFLOAD_VALUES:
                     data = await asyncio.to_thread(formats.encode, out, fmt, labels)
                 else:
@@ -278,8 +278,8 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
                 log.exception("scoring %s failed", method)
                 status, kind = 500, "InternalError"
                 data = _error_body(f"internal error: {type(exc).__name__}: {exc}", kind)
-        media = fmt.encode() if status == 200 else _JSON_TYPE
-        head = [(b"content-type", media), (b"content-length", str(len(data)).encode())]
+        media = _MEDIA[fmt] if status == 200 else _JSON_TYPE
+        head = [(b"content-type", media), (b"content-length", b"%d" % len(data))]
         if headers:
             head += headers
         await send({"type": "http.response.start", "status": status, "headers": head})
@@ -294,14 +294,13 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
         return Response(json.dumps(doc, default=str).encode(), media_type=formats.JSON)
 
     async def scrape(request: Request) -> Response:
-        metrics.queue_rows.set(batcher.queued_rows)
-        data, content_type = metrics.exposition()
+        data, content_type = metrics.exposition(batcher.queued_rows)
         return Response(data, headers={"Content-Type": content_type})
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         kind = {404: "NotFound", 405: "MethodNotAllowed"}.get(exc.status_code, "HTTPError")
-        metrics.errors.labels(kind).inc()
+        metrics.error(kind)
         return _error(
             exc.status_code,
             f"{request.method} {request.url.path}: {exc.detail}",

@@ -36,7 +36,7 @@ import collections
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,14 +52,16 @@ class ShuttingDown(RuntimeError):
     """The batcher was stopped before the request could be queued (HTTP 503)."""
 
 
-@dataclass
 class _Job:
-    method: str
-    key: tuple
-    data: Any
-    rows: int
-    future: asyncio.Future
-    arrival: float = field(default_factory=time.perf_counter)
+    """One request in the queue (a plain slotted class: one is built per request)."""
+
+    __slots__ = ("method", "key", "data", "rows", "future", "arrival")
+
+    def __init__(
+        self, method: str, key: tuple, data: Any, rows: int, future: asyncio.Future, arrival: float
+    ) -> None:
+        self.method, self.key, self.data, self.rows = method, key, data, rows
+        self.future, self.arrival = future, arrival
 
 
 @dataclass
@@ -267,7 +269,6 @@ class Batcher:
             return [(False, asyncio.CancelledError())] * len(batch)
         method = batch[0].method
         fn = getattr(self.model, method)
-        results: dict[int, tuple[bool, Any]] = {}
         try:
             out = self._call(fn, method, [j.data for j in live], len(live))
         except PeregrineError:
@@ -275,17 +276,24 @@ class Batcher:
                 raise
             self.stats.fallbacks += 1
             # one request's rows are bad: each request alone gets its answer or its own error
+            results: dict[int, tuple[bool, Any]] = {}
             for j in live:
                 try:
                     results[id(j)] = (True, self._call(fn, j.method, [j.data], 1))
                 except PeregrineError as exc:
                     results[id(j)] = (False, exc)
-        else:
-            start = 0
-            for j in live:
-                results[id(j)] = (True, out[start : start + j.rows])
-                start += j.rows
-        return [results.get(id(j), (False, asyncio.CancelledError())) for j in batch]
+            return [results.get(id(j), (False, asyncio.CancelledError())) for j in batch]
+        answers: list[tuple[bool, Any]] = []
+        alive = None if len(live) == len(batch) else {id(j) for j in live}
+        start = 0
+        for j in batch:
+            if alive is None or id(j) in alive:
+                end = start + j.rows
+                answers.append((True, out[start:end]))
+                start = end
+            else:
+                answers.append((False, asyncio.CancelledError()))
+        return answers
 
     def _call(self, fn: Any, method: str, parts: list[Any], n_requests: int) -> Any:
         data = _concat(parts)
