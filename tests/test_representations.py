@@ -84,8 +84,8 @@ def test_binned_refuses_what_it_cannot_hold():
     assert choose_layout(plain, Layout.BINNED, f32, AVX2) is Layout.PERFECT
     if HAS_VBMI:
         assert choose_layout(plain, Layout.BINNED, f32, HOST) is Layout.BINNED
-        # tree lanes and narrower vectors keep the float layout
-        assert choose_layout(plain, Layout.BINNED, f32, HOST, Lanes.TREES) is Layout.PERFECT
+        # tree lanes take it too (test_native_binned_lanes.py); narrower vectors do not
+        assert choose_layout(plain, Layout.BINNED, f32, HOST, Lanes.TREES) is Layout.BINNED
         assert choose_layout(plain, Layout.BINNED, f32, HOST, Lanes.ROWS, 8) is Layout.PERFECT
         for reason, forest in (
                 ("categorical", random_forest(cat=True)),

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from peregrine.backends.native.representations import BIN_SLOTS, NAN_BIN, RANK_BITS, RANK_MASK
+from peregrine.backends.native.representations import (
+    BIN_SLOTS,
+    LANE_NAN_LEFT,
+    LANE_RANK_SHIFT,
+    NAN_BIN,
+    RANK_BITS,
+    RANK_MASK,
+)
 from peregrine.kernels.irutil import I8, I32, gep
 
 BYTES = 64  # one zmm register
@@ -24,12 +31,16 @@ TILE_SLACK = 2 * BYTES  # the last register pair of a walk group may read past i
 class BinnedWalks:
     def bin_feature(self, x: ir.Value, f32: ir.Value, nan_bin: ir.Value | None = None
                     ) -> ir.Value:
-        """bin(x) = rank_base + #{thresholds < x} per lane for feature ``f32`` (a scalar): 8
+        """bin(x) = rank_base + #{thresholds < x} per lane for feature ``f32`` (a scalar, or one
+        per lane): 8
         halving steps over BIN_SLOTS sorted thresholds padded with +inf, so the search needs no
         length (a rank_base of 1 keeps rank 0 free for NaN thresholds). ``nan_bin``: the lanes'
         bin for NaN when not NAN_BIN (OBLIVIOUS_BINNED folds the NaN direction into it)."""
         b, v = self.b, self.v
-        base = v.splat(b.mul(f32, ir.Constant(I32, BIN_SLOTS)))
+        if isinstance(f32.type, ir.VectorType):  # a feature per lane (one row's features)
+            base = b.mul(f32, v.const(I32, BIN_SLOTS))
+        else:
+            base = v.splat(b.mul(f32, ir.Constant(I32, BIN_SLOTS)))
         pos = v.const(I32, 0)
         step = BIN_SLOTS // 2
         while step:
@@ -95,6 +106,55 @@ class BinnedWalks:
             nan = b.icmp_signed("==", xbin, v.const(I32, NAN_BIN))
             left = b.or_(left, b.and_(nan, b.icmp_signed("<", word, v.const(I32, 0))))
         return left
+
+    # ------------------------------------------------- tree lanes: one row, many trees --
+    def row_bins(self) -> list[ir.Value]:
+        """The row's bins as int32 lanes, 16 features per register, in ``bin_regs`` registers
+        (2 or 4: whole vpermi2d pairs): quantised once per row by a binary search over each
+        feature's thresholds (a gather per step, 16 features a vector), then every level's
+        input is one dword permute of these registers (``fetch_x_row``), never a gather."""
+        b, v = self.b, self.v
+        last = b.sub(self.nf, ir.Constant(I32, 1))
+        regs = []
+        for j in range(self.bin_regs):
+            # lanes past the last feature re-read it: in bounds, never looked up
+            ids = v.lane_ids(j * v.w)
+            ids = b.select(b.icmp_signed("<", ids, v.splat(last)), ids, v.splat(last))
+            x = self.convert(v.gather(self.xrow, self.xt, ids))
+            regs.append(b.shl(self.bin_feature(x, ids), v.const(I32, LANE_RANK_SHIFT)))
+        return regs
+
+    def decide_lanes(self, xs: ir.Value, word: ir.Value) -> ir.Value:
+        """Tree lanes: bin << 24 <= word (unsigned) holds exactly when bin <= rank; a NaN's
+        (NAN_BIN, above every rank) goes left only where flagged."""
+        b, v = self.b, self.v
+        left = b.icmp_unsigned("<=", xs, word)
+        if self.spec.has_nan:
+            nan = b.icmp_unsigned("==", xs, v.const(I32, NAN_BIN << LANE_RANK_SHIFT))
+            flag = b.icmp_unsigned("!=", b.and_(word, v.const(I32, LANE_NAN_LEFT)),
+                                   v.const(I32, 0))
+            left = b.or_(left, b.and_(nan, flag))
+        return left
+
+    def top_word(self, k: int, level: int, idx: ir.Value) -> ir.Value:
+        """Tree lanes, top levels: each lane's node word of this walk's trees from the
+        group-major copy (layout._top_levels: slot s of a group of 16 trees is one run of 16
+        words), a load per slot of the level and a tree of selects on the slot's bits."""
+        b, v = self.b, self.v
+        first = 2**level - 1
+        # this walk's group of 16 trees: slots x 16 words from group_first * slots
+        base = gep(b, self.d["top"], [b.mul(self.group_first[k], ir.Constant(
+            I32, 2**self.top_levels - 1))], source_etype=I32)
+        runs = [b.load(gep(b, base, [ir.Constant(I32, s_ * v.w)], source_etype=I32),
+                       typ=v.ty(I32), align=64)
+                for s_ in range(first, 2 * first + 1)]
+        local = b.sub(idx, v.const(I32, first))  # 0 .. 2**level - 1
+        bit = 0
+        while len(runs) > 1:
+            hi = b.icmp_unsigned("!=", b.and_(local, v.const(I32, 1 << bit)), v.const(I32, 0))
+            runs = [b.select(hi, runs[i + 1], runs[i]) for i in range(0, len(runs), 2)]
+            bit += 1
+        return runs[0]
 
     def binned_feature(self, w: ir.Value) -> ir.Value:
         """Feature index of a BINNED node word (scalar or lanes): above the rank, below the

@@ -29,6 +29,7 @@ from llvmlite import ir
 
 from peregrine.backends.native.binned import TILE_SLACK, BinnedWalks
 from peregrine.backends.native.epilogue import Interpreter
+from peregrine.backends.native.layout import BINNED_TOP_LEVELS
 from peregrine.backends.native.oblivious import ObliviousBinnedWalks
 from peregrine.backends.native.walks import Walks
 from peregrine.kernels.irutil import (
@@ -155,6 +156,15 @@ class _Kernel(Walks, BinnedWalks, ObliviousBinnedWalks):
         elif self.cache_rows:  # the row tile, transposed to [block][walk][feature][lane]
             n = CACHE_ROWS_BYTES // align(self.ct)
             self.tile = self.loops.var(ir.ArrayType(self.ct, n), name="rows")
+        # tree lanes over BINNED words: the row's bins as dwords, 16 features a register in
+        # whole vpermi2d pairs (binned_regs counts the batch walks' 16-byte features: 2 per 8
+        # features), and the top levels from the words' own slot-major copy (twice as many
+        # levels as the 64-bit pairs for about the same loads)
+        self.top_levels = spec.top_levels
+        self.bin_regs = 0
+        if spec.layout == "binned" and not self.by_rows:
+            self.top_levels = min(BINNED_TOP_LEVELS, spec.depth)
+            self.bin_regs = 2 if spec.binned_regs <= 8 else 4
         if not self.by_rows:
             self.row_buf = self.loops.var(ir.ArrayType(self.ct, 2 * spec.vector_width), name="row")
         self.epi = Interpreter(self, self.v if self.by_rows else self.one, max(2, spec.n_outputs))
@@ -394,7 +404,8 @@ class _Kernel(Walks, BinnedWalks, ObliviousBinnedWalks):
                 valid = b.icmp_signed("<", ids, v.splat(t1))
                 groups.append((valid, b.select(valid, ids, v.splat(b.sub(t1, ir.Constant(
                     I32, 1))))))
-            if s.layout == "perfect":  # slots from t * (2**depth - 1), leaves from t << depth
+            if s.layout in ("perfect", "binned"):  # slots from t * (2**depth - 1), leaves
+                # from t << depth
                 roots = [b.mul(t, v.const(I32, 2**s.depth - 1)) for _, t in groups]
                 self.group_first = [b.add(tv, ir.Constant(I32, k * V)) for k in range(K)]
                 offs = self.walk_perfect(None, roots)
@@ -430,6 +441,8 @@ class _Kernel(Walks, BinnedWalks, ObliviousBinnedWalks):
         """The row's features in one or two registers, when the spec says they fit and a lane
         permute can index them: then no level gathers x."""
         s, b, v = self.spec, self.b, self.v
+        if self.bin_regs:
+            return self.row_bins()
         if not s.row_in_registers:
             return None
         n = row_register_capacity(s.isa, v.w, self.ct)
@@ -447,6 +460,8 @@ class _Kernel(Walks, BinnedWalks, ObliviousBinnedWalks):
                        align=align(self.ct)) for j in range(n // v.w)]
 
     def fetch_x_row(self, f: ir.Value) -> ir.Value:
+        if self.bin_regs:  # a tree-lane word's low bits are its feature: the permute index
+            return self.v.permute(self.x_regs, f, self.spec.isa)
         if self.x_regs is None:
             return self.convert(self.v.gather(self.xrow, self.xt, self.feature(f)))
         return self.v.permute(self.x_regs, self.feature(f), self.spec.isa)

@@ -34,7 +34,9 @@ __all__ = ["CATEGORICAL", "FEATURE_MASK", "MISSING_ZERO", "NAN_LEFT", "PackedFor
            "choose_layout", "pack"]
 
 TOP_LEVELS = 4  # levels stored slot-major for tree-lane walks (15 slots per tree)
+BINNED_TOP_LEVELS = 5  # BINNED: one 32-bit word a node, so a level more (31 slots per tree)
 TOP_PAD = 512  # >= lanes x walks of any schedule
+TOP_GROUP = 16  # BINNED: trees per run (the tree-lane walks' 16 lanes)
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,8 +108,9 @@ def choose_layout(forest: Forest, requested: Layout, cmp_dtype: np.dtype | None 
     order = [requested] + ([Layout.OBLIVIOUS] if requested is Layout.OBLIVIOUS_BINNED else [])
     order += [Layout.PERFECT, Layout.SPARSE]
     for layout in order:
-        if layout is Layout.BINNED and (target is None or lanes is not Lanes.ROWS
-                                        or vector_width != 16):
+        # BINNED: 16 lanes (row lanes: a 64-byte register of bytes; tree lanes: 16 features
+        # of the row's bins a register)
+        if layout is Layout.BINNED and (target is None or vector_width != 16):
             continue
         if layout is Layout.OBLIVIOUS and lanes is not Lanes.ROWS:  # lanes walk other trees
             continue
@@ -150,8 +153,9 @@ def pack(forest: Forest, schedule: Schedule, cmp_dtype: np.dtype, target=None) -
     ldt = REPRESENTATIONS[layout].leaf_dtype(forest, leaf_dtype(forest))
     nodes = REPRESENTATIONS[layout].pack_nodes(forest, order, words, thr, cmp_dtype, ldt)
     nodes["node"] = _node_pairs(nodes["feat"], nodes["thr"])
-    nodes["top"], nodes["top_stride"] = _top_levels(nodes["node"], layout, forest.max_depth(),
-                                                   forest.n_trees)
+    nodes["top"], nodes["top_stride"] = _top_levels(
+        nodes["ranks"] if layout is Layout.BINNED else nodes["node"], layout,
+        forest.max_depth(), forest.n_trees)
     internal = ~forest.is_leaf
     has_cat = forest.has_categorical
     bits = forest.cat_bitsets if has_cat else np.zeros((1, 1), np.uint32)
@@ -196,15 +200,28 @@ def _node_pairs(feat: np.ndarray, thr: np.ndarray) -> np.ndarray:
 def _top_levels(pairs: np.ndarray, layout: Layout, depth: int, n_trees: int):
     """The first TOP_LEVELS levels of every tree, slot-major: slot s of trees t..t+15 is one
     contiguous run, so walks with a tree per lane read those levels with plain loads (and all
-    trees' top levels, 60 KiB for 500 trees, stay near L1) instead of gathering them."""
-    slots = min(2**TOP_LEVELS, 2**depth) - 1
-    if layout is not Layout.PERFECT or pairs.size == 1 or slots == 0:
+    trees' top levels, 60 KiB for 500 trees, stay near L1) instead of gathering them. BINNED:
+    BINNED_TOP_LEVELS levels of its tree-lane words (``ranks``), 62 KiB for 500 trees."""
+    levels = BINNED_TOP_LEVELS if layout is Layout.BINNED else TOP_LEVELS
+    slots = min(2**levels, 2**depth) - 1
+    if layout not in (Layout.PERFECT, Layout.BINNED) or pairs.size == 1 or slots == 0:
         return np.zeros(1, np.int64), 0
     stride = -(-n_trees // TOP_PAD) * TOP_PAD  # walks may read a whole group past the last tree
     # ... and past the stride too, in the last slot, when lanes x walks does not divide it
     # (8 x 6 trees a group: 500 trees read up to tree 527 of a 512 stride)
+    per_tree = pairs[: n_trees * (2**depth - 1)].reshape(n_trees, 2**depth - 1)
+    if layout is Layout.BINNED:
+        # group-major, [group of 16 trees][slot][tree]: a walk's runs sit at constant
+        # offsets from one pointer, so their loads need no address arithmetic
+        stride += TOP_PAD  # a step of lanes x walks that does not divide 512 (16 x 6)
+        out = aligned(slots * stride, np.int32)
+        out[:] = 0
+        grouped = out.reshape(stride // TOP_GROUP, slots, TOP_GROUP)
+        padded = np.zeros((stride, slots), np.int32)
+        padded[:n_trees] = per_tree[:, :slots]
+        grouped[:] = padded.reshape(stride // TOP_GROUP, TOP_GROUP, slots).transpose(0, 2, 1)
+        return out, stride
     out = aligned(slots * stride + TOP_PAD, np.int64)
     out[:] = 0
-    per_tree = pairs[: n_trees * (2**depth - 1)].reshape(n_trees, 2**depth - 1)
     out[:slots * stride].reshape(slots, stride)[:, :n_trees] = per_tree[:, :slots].T
     return out, stride

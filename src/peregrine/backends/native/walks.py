@@ -68,10 +68,14 @@ class Walks:
                 slot = b.add(roots[k], idx[k])
                 local = b.sub(idx[k], v.const(I32, start))
                 if binned:
-                    f = (v.permute([table("feat", I32, j) for j in starts], local, s.isa)
-                         if use_table else v.gather(self.d["feat"], I32, slot))
+                    if root is None and level < self.top_levels:
+                        f = self.top_word(k, level, idx[k])
+                    elif use_table:
+                        f = v.permute([table("feat", I32, j) for j in starts], local, s.isa)
+                    else:  # one 32-bit word per node: half the bytes of a (feature, threshold)
+                        f = v.gather(self.d["ranks" if root is None else "feat"], I32, slot)
                     t = None
-                elif root is None and level < s.top_levels:
+                elif root is None and level < self.top_levels:
                     f, t = self.top_node(k, level, idx[k])
                 elif use_table and self.permute_ok(I32) and self.permute_ok(self.ct):
                     f = v.permute([table("feat", I32, j) for j in starts], local, s.isa)
@@ -82,7 +86,10 @@ class Walks:
             for k in range(K):
                 f, t, scalar_f = nodes[k]
                 x = self.fetch_x(k, f, level, scalar_f, root, idx[k])
-                left = self.decide_binned(x, f) if binned else self.decide(x, f, t)
+                if binned:
+                    left = self.decide_lanes(x, f) if root is None else self.decide_binned(x, f)
+                else:
+                    left = self.decide(x, f, t)
                 step = b.sub(v.const(I32, 2), b.zext(left, v.ty(I32)))
                 idx[k] = b.add(b.shl(idx[k], v.const(I32, 1)), step)
         return [b.sub(i, v.const(I32, 2**s.depth - 1)) for i in idx]
