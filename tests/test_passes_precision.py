@@ -317,6 +317,13 @@ def test_labels_differ_only_on_ties_after_rounding():
     # sigmoid(x) rounds to 0.5 for 0 < x <= ~2**-53: "not above 0.5" there, x > 0 says 1
     np.testing.assert_array_equal(exact, [0, 0, 1, 1, 0, 0, 0])
     np.testing.assert_array_equal(quick, [1, 1, 1, 1, 0, 0, 0])
+    # XGBoost's float32 sigmoid rounds to 0.5 up to 2**-24
+    g = _decision_graph(Link.SIGMOID, Op.THRESHOLD, 1, float32=True)
+    fast, _ = drop_monotone_decisions(g)
+    margins = np.array([[2.0 ** -24], [2.0 ** -23], [0.0]], np.float32)
+    np.testing.assert_array_equal(evaluate(g, margins, ("predict",))["predict"].ravel(), [0, 1, 0])
+    np.testing.assert_array_equal(evaluate(fast, margins, ("predict",))["predict"].ravel(),
+                                  [1, 1, 0])
 
     g = _decision_graph(Link.SOFTMAX, Op.ARGMAX, 3)
     fast, _ = drop_monotone_decisions(g)

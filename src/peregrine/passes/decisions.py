@@ -14,7 +14,7 @@ monotone map of the scores reads the scores themselves:
 In real arithmetic each map is strictly increasing, so the decision is the same. The program
 computes the map rounded, and rounding can merge two scores that differ in their last bits
 (softmax: scores within about 4 ulp of the row maximum's magnitude; sigmoid: a margin in
-(0, ~2**-53], or ~2**-25 for XGBoost's float32 sigmoid, rounds to 0.5): there the exact path's
+(0, 2**-53], or (0, 2**-24] for XGBoost's float32 sigmoid, rounds to 0.5): there the exact path's
 label is the first tied column of the rounded values (or "not above 0.5"), the fast path's
 the larger raw score. Labels differ only on such rows (docs/passes.md, "Gated passes"). Scores
 that are NaN or infinite are not covered: a NaN or an infinity in a row makes softmax's and a
