@@ -392,3 +392,44 @@ def test_run_passes_without_the_level_keeps_every_bit():
     outs = tuple(graph.outputs)
     for a, b in zip(evaluate(out, X, outs).values(), evaluate(graph, X, outs).values()):
         np.testing.assert_array_equal(a, b)
+
+
+def test_every_monotone_map_before_an_argmax_is_skipped():
+    rng = np.random.default_rng(3)
+    scores = rng.normal(size=(5000, 4)) * 5
+    for link, attrs in ((Link.SOFTMAX, {}), (Link.LOG_SOFTMAX, {}), (Link.EXP, {}),
+                        (Link.SIGMOID, {"scale": 2.0})):
+        g = _decision_graph(link, Op.ARGMAX, 4, **attrs)
+        fast, changed = drop_monotone_decisions(g)
+        assert "skips" in changed and [n.op for n in fast.steps(["d"])] == [Op.ARGMAX]
+        np.testing.assert_array_equal(evaluate(fast, scores, ("predict",))["predict"],
+                                      evaluate(g, scores, ("predict",))["predict"])
+    # a sigmoid with a negative scale reverses the order: kept
+    assert drop_monotone_decisions(_decision_graph(Link.SIGMOID, Op.ARGMAX, 4,
+                                                   scale=-1.0))[1] == ""
+    for norm in ("l1", "l2", "max"):
+        g = Graph((Node("X", Op.INPUT, (), {}, "float64", 4),
+                   Node("p", Op.NORMALIZE, ("X",), {"norm": norm}, "float64", 4),
+                   Node("d", Op.ARGMAX, ("p",), {}, "int64", 1)), {"predict": "d"})
+        fast, changed = drop_monotone_decisions(g)
+        assert "skips normalize" in changed
+        rows = np.vstack([scores, np.zeros((1, 4))])  # a zero row: label 0 either way
+        np.testing.assert_array_equal(evaluate(fast, rows, ("predict",))["predict"],
+                                      evaluate(g, rows, ("predict",))["predict"])
+
+
+def test_a_threshold_other_than_one_half_moves_to_the_margin():
+    g = _decision_graph(Link.SIGMOID, Op.THRESHOLD, 1, scale=1.5)
+    g = Graph(tuple(n.with_attrs(value=0.3) if n.op is Op.THRESHOLD else n for n in g.nodes),
+              dict(g.outputs))
+    fast, _ = drop_monotone_decisions(g)
+    t = fast.node("d").attrs.value
+    assert t == pytest.approx(np.log(0.3 / 0.7) / 1.5)
+    margins = np.linspace(-3, 3, 20001)[:, None]
+    margins = margins[np.abs(margins[:, 0] - t) > 1e-12]  # rows off the tie
+    np.testing.assert_array_equal(evaluate(fast, margins, ("predict",))["predict"],
+                                  evaluate(g, margins, ("predict",))["predict"])
+    # a decision that feeds further computation is not touched
+    h = Graph(g.nodes + (Node("e", Op.AFFINE, ("d",), {"scale": 2.0}, "float64", 1),),
+              {"predict": "d", "other": "e"})
+    assert drop_monotone_decisions(h)[1] == ""
