@@ -14,7 +14,7 @@ Per backend (native, torch) and method: median of --repeats batch calls after a 
 and process CPU time: every thread of the process) at --rows rows, and the one-row call (thread
 CPU time per call, median of 5 runs of --one-row-calls calls). Answers checked: FAST against
 AUTO within rtol 1e-5 / atol 1e-6, labels identical to scikit-learn. Also the compile-time cost
-of the measured-error report (passes/measure.py) on synthetic and on 1,000 sample rows.
+of the measured-error report (passes/measure.py) on synthetic and on 500 sample rows.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def _report_cost(model, sample):
     spec = convert(model)
     opts = CompileOptions(precision="fast")
     out = {}
-    for label, rows in (("synthetic", None), ("1,000 sample rows", sample)):
+    for label, rows in (("synthetic", None), ("500 sample rows", sample)):
         report: list = []
         fast = dataclasses.replace(spec, graph=run_passes(spec.graph, opts, report)).graph
         c = time.thread_time()
@@ -161,7 +161,7 @@ def main() -> None:
                       f"{e1 * 1e6:.1f} / {f1 * 1e6:.1f} | {e1 / f1:.2f} |", flush=True)
         err = {p["pass"]: p for p in fast.explain_dict()["passes"]}["measured_error"]
         print(f"\n{name}: {err['changed']}")
-        cost = _report_cost(model, X[:1000])
+        cost = _report_cost(model, X[:500])
         print("error report cost: " + ", ".join(f"{k} {v:.1f} ms" for k, v in cost.items())
               + "\n")
     print(f"load average {', '.join(f'{v:.1f}' for v in os.getloadavg())} at the end")
