@@ -59,11 +59,6 @@ _REFUSALS: dict[str, tuple[str, ...]] = {
     # QUANTILE, BSPLINE and WEIGHTED_MEDIAN export (export/onnx_neighbours.py,
     # onnx_lookup.py, onnx_kernels.py, onnx_transformers.py)
     r"op knn_impute": ("tf-knn-imputer-uniform", "tf-knn-imputer-distance"),
-    # networks (TorchStep, skorch): the float32 network ops (DENSE / ACTIVATION / BATCH_NORM,
-    # torch's kernels) have no ONNX lowering yet; the first one reached names itself
-    r"op activation": ("hybrid-scaler-torchstep-lightgbm",
-                       "hybrid-imputer-torchstep-xgboost-3c",
-                       "hybrid-columns-skorch-classifier-3c", "hybrid-columns-skorch-binary"),
     # pandas category columns: the program reads codes the runtime makes from the categories
     r"string or pandas category columns": ("xgb-clf-pandas-categorical",
                                            "lgb-clf-pandas-categorical"),
@@ -136,6 +131,7 @@ def test_support_table_matches_refusals():
         onnx_kernels,
         onnx_lookup,
         onnx_neighbours,
+        onnx_nn,
         onnx_ops,
         onnx_transformers,
         onnx_trees,

@@ -79,6 +79,7 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
         onnx_kernels,
         onnx_lookup,
         onnx_neighbours,
+        onnx_nn,
         onnx_ops,
         onnx_transformers,
         onnx_trees,
@@ -244,13 +245,12 @@ def float32_exact(graph: Any, steps: list[Any]) -> bool:
 
 
 def _elem_type(dtype: np.dtype) -> int:
-    from onnx import TensorProto
+    from onnx import TensorProto, helper
 
     if dtype.kind in "OUS":
         return TensorProto.STRING
-    return {"float64": TensorProto.DOUBLE, "float32": TensorProto.FLOAT,
-            "int64": TensorProto.INT64, "int32": TensorProto.INT32,
-            "bool": TensorProto.BOOL}.get(dtype.name, TensorProto.DOUBLE)
+    # the label constant's own type (uint8 labels: skorch's binary classifier)
+    return int(helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
 
 
 def session(model: Any, threads: int = 1) -> Any:

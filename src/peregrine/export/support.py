@@ -11,10 +11,6 @@ from __future__ import annotations
 # class name -> (op without an ONNX lowering, when: "" = always, else the configuration)
 NOT_EXPORTED: dict[str, tuple[str, str]] = {
     "KNNImputer": ("knn_impute", ""),
-    "TorchStep": ("dense/activation/batch_norm", ""),
-    "NeuralNetClassifier": ("dense/activation/batch_norm", ""),
-    "NeuralNetBinaryClassifier": ("dense/activation/batch_norm", ""),
-    "NeuralNetRegressor": ("dense/activation/batch_norm", ""),
     "CatBoost": ("category_map", "categorical features (hashed at the input)"),
     "CatBoostClassifier": ("category_map", "categorical features (hashed at the input)"),
     "CatBoostRegressor": ("category_map", "categorical features (hashed at the input)"),
