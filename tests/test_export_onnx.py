@@ -173,13 +173,17 @@ def test_column_transformer_one_hot_into_trees(tmp_path):
 
 # ------------------------------------------------------------------ refusals, errors --
 def test_refused_op_names_itself(tmp_path):
-    # (KNN, the example here before, exports now: tests/test_export_knn.py)
-    from sklearn.preprocessing import QuantileTransformer
+    # KNN and QUANTILE, the examples here before, export now (tests/test_export_knn.py,
+    # test_export_quantile_spline.py); KNN_IMPUTE refuses on purpose and says why
+    from sklearn.impute import KNNImputer
 
     X, y = _cls()
-    m = QuantileTransformer(n_quantiles=50).fit(X)
+    X = X.copy()
+    X[::5, 1] = np.nan
+    m = KNNImputer(n_neighbors=3).fit(X)
     compiled = peregrine.compile(m, backend="reference")
-    with pytest.raises(UnsupportedModelError, match=r"quantile.*torch"):
+    with pytest.raises(UnsupportedModelError,
+                       match=r"op knn_impute.*equal distances.*reference, torch"):
         compiled.export_onnx(tmp_path / "k.onnx")
     assert not (tmp_path / "k.onnx").exists()
 

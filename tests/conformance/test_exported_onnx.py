@@ -55,9 +55,8 @@ DEFAULT = {
 # case id -> a pattern the UnsupportedModelError must contain (the op the exporter cannot
 # express). Found by running the full matrix; docs/export.md's table says why each refuses.
 _REFUSALS: dict[str, tuple[str, ...]] = {
-    # KNN_IMPUTE: no ONNX lowering yet (refuses naming itself); KNN, INTERP, SVM_PROBA,
-    # QUANTILE, BSPLINE and WEIGHTED_MEDIAN export (export/onnx_neighbours.py,
-    # onnx_lookup.py, onnx_kernels.py, onnx_transformers.py)
+    # KNN_IMPUTE: refused on purpose (onnx_graph.REFUSAL_REASONS: donors at equal distances
+    # are ordered by the BLAS's rounding of nan_euclidean's expanded form)
     r"op knn_impute": ("tf-knn-imputer-uniform", "tf-knn-imputer-distance"),
     # pandas category columns: the program reads codes the runtime makes from the categories
     r"string or pandas category columns": ("xgb-clf-pandas-categorical",

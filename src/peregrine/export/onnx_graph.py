@@ -17,6 +17,17 @@ Lowering = Callable[["Emitter", Any, list[str]], str]
 LOWERINGS: dict[Op, Lowering] = {}
 # the backends that run every op (named when an op has no ONNX lowering)
 RUNNING_BACKENDS = "reference, torch, torchscript and native"
+# why an op without a lowering has none, where that is not just "not written yet"
+REFUSAL_REASONS: dict[Op, str] = {
+    # measured 2026-11-24: a lowering of the rule's steps (MatMul for its products) matched
+    # scikit-learn on continuous rows but imputed 0.75 for 0.5 on integer-valued features
+    Op.KNN_IMPUTE: (
+        "KNNImputer's nan_euclidean distances are scikit-learn's expanded form, whose "
+        "products and sums round in the BLAS's order (OpenBLAS's fused multiply-adds); "
+        "donors at equal distances (integer or repeated features) are then ordered by that "
+        "rounding, which ONNX Runtime's GEMM does not reproduce, so a file could impute "
+        "from other donors"),
+}
 
 
 def lowering(op: Op) -> Callable[[Lowering], Lowering]:
@@ -132,7 +143,9 @@ class Emitter:
         return self._casts[key]
 
     def refuse(self, node: Any, what: str | None = None) -> None:
+        reason = REFUSAL_REASONS.get(node.op) if what is None else None
         what = what or f"op {node.op.value}"
+        why = f": {reason}" if reason else ""
         raise UnsupportedModelError(
-            f"{self.source}: ONNX export cannot express {what} (IR node {node.name!r}); "
+            f"{self.source}: ONNX export cannot express {what} (IR node {node.name!r}){why}; "
             f"the {RUNNING_BACKENDS} backends run it: peregrine.compile(model, backend=...)")
