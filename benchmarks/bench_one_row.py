@@ -6,7 +6,9 @@ Peregrine's time goes:
 * ``method``: ``compiled.predict_proba(row)``, the machine-code entry (kernels/pyentry.py);
 * ``python path``: the same call through the Python fast path the entry replaced;
 * ``kernel``: the few-rows kernel alone, through ctypes on a prepared argument block (the
-  row's address set in it: ~0.1 us of Python).
+  row's address set in it: ~0.1 us of Python);
+* ``kernel (perfect)``: where the few-rows kernel walks binned words (AVX-512 VBMI), the
+  perfect layout's tree-lane kernel on the same rows in the same rounds (what ran before).
 
     .venv/bin/python benchmarks/bench_one_row.py --models xgboost,lightgbm,rf
 
@@ -59,16 +61,21 @@ def systems(model, rows) -> dict:
     out["peregrine python path"] = run
     slots = getattr(run, "slots", None)
     if slots:  # the kernel alone, reading each row in place (float32: the compare dtype)
-        xbuf, _, args, fn, ptr, *_ = next(iter(slots.values()))
-        args_one = args.copy()
-        args_one[3] = 1  # ARGS "re"
-        where = {id(r): r.ctypes.data for r in rows}
+        out["peregrine kernel (ctypes)"] = kernel_alone(slots, rows)
+        program = next(iter(compiled._exec.programs.values()))
+        if program.small is not None and program.small.layout.value != "perfect":
+            # the same rows through the perfect layout's tree lanes (the kernel before binned
+            # tree lanes), measured in the same rounds
+            from peregrine.backends.native.program import ForestProgram
 
-        def kernel(X, p=args_one.ctypes.data, a=args_one):
-            a[0] = where[id(X)]  # ARGS "X"
-            fn(p)
-
-        out["peregrine kernel (ctypes)"] = kernel
+            perfect = ForestProgram(program.forest, program.schedule,
+                                    precision=program.precision, target=program.target,
+                                    n_threads=1, small=program.small.replace(layout="perfect"),
+                                    small_rows=program.small_rows)
+            empty = np.zeros(1)
+            call = perfect.caller(empty, program.n_outputs, None)
+            out["peregrine kernel (perfect)"] = kernel_alone(call.slots, rows)
+            out["_keep"] = (perfect, call, empty)
     try:
         out["onnxruntime"] = bt.onnxruntime(model, 1)
     except Exception as exc:  # noqa: BLE001 - a peer that cannot run is reported
@@ -76,6 +83,21 @@ def systems(model, rows) -> dict:
     single = bt.library(model, 1)
     out["library"] = single
     return out
+
+
+def kernel_alone(slots: dict, rows):
+    """One few-rows kernel through ctypes on a prepared argument block, each row read in
+    place (float32 rows: the compare dtype of XGBoost's and LightGBM's float32 kernels)."""
+    xbuf, _, args, fn, ptr, *_ = next(iter(slots.values()))
+    args_one = args.copy()
+    args_one[3] = 1  # ARGS "re"
+    where = {id(r): r.ctypes.data for r in rows}
+
+    def kernel(X, p=args_one.ctypes.data, a=args_one):
+        a[0] = where[id(X)]  # ARGS "X"
+        fn(p)
+
+    return kernel
 
 
 def main(argv=None) -> None:
@@ -96,6 +118,7 @@ def main(argv=None) -> None:
     for name in args.models.split(","):
         model = model_for(name, cache)
         fns = systems(model, rows)
+        keep = fns.pop("_keep", None)  # noqa: F841 - the extra kernel's arrays stay alive
         want = model.predict_proba(X[:200])
         got = np.concatenate([fns["peregrine method"](r) for r in rows[:200]])
         diff = float(np.max(np.abs(got - want)))

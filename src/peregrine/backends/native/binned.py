@@ -23,8 +23,12 @@ from peregrine.backends.native.representations import (
 )
 from peregrine.kernels.irutil import I8, I32, gep
 
+I16 = ir.IntType(16)
+
 BYTES = 64  # one zmm register
 VPERMI2B = "llvm.x86.avx512.vpermi2var.qi.512"
+VPERMI2W = "llvm.x86.avx512.vpermi2var.hi.512"  # AVX-512BW: 64 words from two registers
+VPERMW = "llvm.x86.avx512.permvar.hi.512"
 TILE_SLACK = 2 * BYTES  # the last register pair of a walk group may read past its features
 
 
@@ -125,7 +129,7 @@ class BinnedWalks:
         return regs
 
     def decide_lanes(self, xs: ir.Value, word: ir.Value) -> ir.Value:
-        """Tree lanes: bin << 24 <= word (unsigned) holds exactly when bin <= rank; a NaN's
+        """Tree lanes: bin << 8 <= word (unsigned) holds exactly when bin <= rank; a NaN's
         (NAN_BIN, above every rank) goes left only where flagged."""
         b, v = self.b, self.v
         left = b.icmp_unsigned("<=", xs, word)
@@ -137,24 +141,40 @@ class BinnedWalks:
         return left
 
     def top_word(self, k: int, level: int, idx: ir.Value) -> ir.Value:
-        """Tree lanes, top levels: each lane's node word of this walk's trees from the
-        group-major copy (layout._top_levels: slot s of a group of 16 trees is one run of 16
-        words), a load per slot of the level and a tree of selects on the slot's bits."""
+        """Tree lanes, top levels: each lane's node word of this walk's 16 trees from the
+        group-major copy (layout._top_levels: 16-bit words, slot s of the group's trees one
+        run of 16 from run s + 1). Level L's 2**L runs are 2**(L-1) registers; a word permute
+        (vpermi2w) picks each lane's run among four, then selects on the slot's high bits."""
         b, v = self.b, self.v
+        words = ir.VectorType(I16, 2 * v.w)
+        runs = 2 ** self.top_levels
+        base = gep(b, self.d["top"], [b.mul(self.group_first[k], ir.Constant(I32, runs))],
+                   source_etype=I16)
+
+        def load(run: int, ty: ir.Type) -> ir.Value:
+            return b.load(gep(b, base, [ir.Constant(I32, run * v.w)], source_etype=I16),
+                          typ=ty, align=32)
+
+        if level == 0:
+            return b.zext(load(1, v.ty(I16)), v.ty(I32))
         first = 2**level - 1
-        # this walk's group of 16 trees: slots x 16 words from group_first * slots
-        base = gep(b, self.d["top"], [b.mul(self.group_first[k], ir.Constant(
-            I32, 2**self.top_levels - 1))], source_etype=I32)
-        runs = [b.load(gep(b, base, [ir.Constant(I32, s_ * v.w)], source_etype=I32),
-                       typ=v.ty(I32), align=64)
-                for s_ in range(first, 2 * first + 1)]
         local = b.sub(idx, v.const(I32, first))  # 0 .. 2**level - 1
-        bit = 0
-        while len(runs) > 1:
+        # word 2i of each dword: lane i of run (local & 3); word 2i + 1: 0 (entry 0, masked)
+        pick = b.or_(b.shl(b.and_(local, v.const(I32, 3)), v.const(I32, 4)), v.lane_ids(0))
+        pick = b.bitcast(pick, words)
+        regs = [load(2**level + 2 * j, words) for j in range(2 ** (level - 1))]
+        if level == 1:
+            parts = [v.intrinsic(VPERMW, words, [regs[0], pick])]
+        else:
+            parts = [v.intrinsic(VPERMI2W, words, [regs[j], pick, regs[j + 1]])
+                     for j in range(0, len(regs), 2)]
+        parts = [b.and_(b.bitcast(p, v.ty(I32)), v.const(I32, 0xFFFF)) for p in parts]
+        bit = 2
+        while len(parts) > 1:
             hi = b.icmp_unsigned("!=", b.and_(local, v.const(I32, 1 << bit)), v.const(I32, 0))
-            runs = [b.select(hi, runs[i + 1], runs[i]) for i in range(0, len(runs), 2)]
+            parts = [b.select(hi, parts[i + 1], parts[i]) for i in range(0, len(parts), 2)]
             bit += 1
-        return runs[0]
+        return parts[0]
 
     def binned_feature(self, w: ir.Value) -> ir.Value:
         """Feature index of a BINNED node word (scalar or lanes): above the rank, below the

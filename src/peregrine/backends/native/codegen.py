@@ -158,8 +158,7 @@ class _Kernel(Walks, BinnedWalks, ObliviousBinnedWalks):
             self.tile = self.loops.var(ir.ArrayType(self.ct, n), name="rows")
         # tree lanes over BINNED words: the row's bins as dwords, 16 features a register in
         # whole vpermi2d pairs (binned_regs counts the batch walks' 16-byte features: 2 per 8
-        # features), and the top levels from the words' own slot-major copy (twice as many
-        # levels as the 64-bit pairs for about the same loads)
+        # features), and the top levels from the words' own 16-bit group-major copy
         self.top_levels = spec.top_levels
         self.bin_regs = 0
         if spec.layout == "binned" and not self.by_rows:

@@ -34,7 +34,9 @@ __all__ = ["CATEGORICAL", "FEATURE_MASK", "MISSING_ZERO", "NAN_LEFT", "PackedFor
            "choose_layout", "pack"]
 
 TOP_LEVELS = 4  # levels stored slot-major for tree-lane walks (15 slots per tree)
-BINNED_TOP_LEVELS = 5  # BINNED: one 32-bit word a node, so a level more (31 slots per tree)
+# BINNED: 16-bit words, read with word permutes (binned.py top_word): two more levels (63
+# slots per tree; measured 5 and 7 slower on Zen 4)
+BINNED_TOP_LEVELS = 6
 TOP_PAD = 512  # >= lanes x walks of any schedule
 TOP_GROUP = 16  # BINNED: trees per run (the tree-lane walks' 16 lanes)
 
@@ -201,7 +203,7 @@ def _top_levels(pairs: np.ndarray, layout: Layout, depth: int, n_trees: int):
     """The first TOP_LEVELS levels of every tree, slot-major: slot s of trees t..t+15 is one
     contiguous run, so walks with a tree per lane read those levels with plain loads (and all
     trees' top levels, 60 KiB for 500 trees, stay near L1) instead of gathering them. BINNED:
-    BINNED_TOP_LEVELS levels of its tree-lane words (``ranks``), 62 KiB for 500 trees."""
+    BINNED_TOP_LEVELS levels of its tree-lane words (``ranks``), 64 KiB for 500 trees."""
     levels = BINNED_TOP_LEVELS if layout is Layout.BINNED else TOP_LEVELS
     slots = min(2**levels, 2**depth) - 1
     if layout not in (Layout.PERFECT, Layout.BINNED) or pairs.size == 1 or slots == 0:
@@ -211,15 +213,16 @@ def _top_levels(pairs: np.ndarray, layout: Layout, depth: int, n_trees: int):
     # (8 x 6 trees a group: 500 trees read up to tree 527 of a 512 stride)
     per_tree = pairs[: n_trees * (2**depth - 1)].reshape(n_trees, 2**depth - 1)
     if layout is Layout.BINNED:
-        # group-major, [group of 16 trees][slot][tree]: a walk's runs sit at constant
-        # offsets from one pointer, so their loads need no address arithmetic
+        # group-major, [group of 16 trees][slot + 1][tree] in 16 bits: a walk's runs sit at
+        # constant offsets from one pointer (no address arithmetic), and level L's 2**L runs
+        # start at run 2**L, so each level is whole 64-byte registers of two runs each
         stride += TOP_PAD  # a step of lanes x walks that does not divide 512 (16 x 6)
-        out = aligned(slots * stride, np.int32)
+        out = aligned((slots + 1) * stride, np.int16)
         out[:] = 0
-        grouped = out.reshape(stride // TOP_GROUP, slots, TOP_GROUP)
-        padded = np.zeros((stride, slots), np.int32)
-        padded[:n_trees] = per_tree[:, :slots]
-        grouped[:] = padded.reshape(stride // TOP_GROUP, TOP_GROUP, slots).transpose(0, 2, 1)
+        grouped = out.reshape(stride // TOP_GROUP, slots + 1, TOP_GROUP)
+        padded = np.zeros((stride, slots), np.int16)
+        padded[:n_trees] = per_tree[:, :slots].astype(np.uint16).view(np.int16)
+        grouped[:, 1:] = padded.reshape(stride // TOP_GROUP, TOP_GROUP, slots).transpose(0, 2, 1)
         return out, stride
     out = aligned(slots * stride + TOP_PAD, np.int64)
     out[:] = 0

@@ -29,8 +29,8 @@ The walks that read each representation are in ``walks.py`` (``Walks.walk``), ke
   with byte permutes (AVX-512 VBMI) instead of gathers, and a whole level's node words fit
   twice as many registers as feature and threshold did: the representation for CPUs whose
   gathers are slow (Zen 4). Walks with trees in the lanes (one row) read the same nodes as
-  ``ranks``: ``feature | NAN_LEFT << 23 | rank << 24``, against the row's bins shifted by 24
-  in registers. Needs at most ``MAX_RANKS`` distinct thresholds per feature and no
+  ``ranks``: ``feature | NAN_LEFT << 7 | rank << 8``, against the row's bins shifted by 8 in
+  registers. Needs at most ``MAX_RANKS`` distinct thresholds per feature and no
   categorical or LightGBM zero-band splits.
 * OBLIVIOUS_BINNED: BINNED node words of OBLIVIOUS trees of depth <= 6 with one value per
   leaf. The kernel (oblivious.py) compares 64 rows' bins at once per level and looks leaves up
@@ -73,8 +73,8 @@ NAN_BIN = RANK_MASK  # the bin of a NaN input: above every rank, so it goes righ
 BIN_SLOTS = 1 << RANK_BITS  # per-feature sorted thresholds, padded with +inf
 MAX_RANKS = BIN_SLOTS - 2  # keeps every bin of a number (0..MAX_RANKS) below NAN_BIN: the
 # limit is one lower for forests with a NaN threshold (their bins start at 1)
-LANE_RANK_SHIFT = 24  # BINNED tree-lane words: feature | NAN_LEFT at bit 23 | rank << 24
-LANE_NAN_LEFT = 1 << 23
+LANE_RANK_SHIFT = 8  # BINNED tree-lane words, 16 bits: feature | NAN_LEFT << 7 | rank << 8
+LANE_NAN_LEFT = 1 << 7
 BINNED_MAX_FEATURES = 64  # the x lookup picks among n_features / 8 byte permutes
 BINNED_MAX_DEPTH = 10
 OBLIVIOUS_LEAVES = 64  # a byte permute (vpermb) indexes 64 bytes: depth <= 6
@@ -216,10 +216,11 @@ class Binned(Perfect):
         word = (rank & RANK_MASK) | (feature << RANK_BITS)
         word |= np.where(feat_w < 0, NAN_LEFT, 0)  # the NAN_LEFT flag is the sign bit
         out["feat"] = pad(word.astype(np.uint32).view(np.int32))
-        # tree lanes read another form of the same node (not part of arrays(): derived):
-        # the feature in the low bits, so the word itself indexes the row's bins (vpermi2d
-        # reads an index's low bits), and the rank in the top byte, so one unsigned compare
-        # of the word with bin << 24 is the decision (the bits below stay under 1 << 24)
+        # tree lanes read another form of the same node (not part of arrays(): derived), 16
+        # bits: the feature in the low bits, so the word itself indexes the row's bins
+        # (vpermi2d reads an index's low bits), and the rank in the high byte, so one
+        # unsigned compare of the word with bin << 8 is the decision (the bits below stay
+        # under 1 << 8); int32 here for the gathers, int16 in the top levels' copy
         lane = feature | (rank & RANK_MASK) << LANE_RANK_SHIFT
         lane |= np.where(feat_w < 0, LANE_NAN_LEFT, 0)
         out["ranks"] = pad(lane.astype(np.uint32).view(np.int32))
