@@ -18,6 +18,10 @@ the export is faster). Also reports each side's largest difference from the libr
 
     .venv/bin/python benchmarks/bench_export.py [--sections trees,pipelines] [--threads N]
         [--precision float32] [--operators LogisticRegression,MLPClassifier]
+    .venv/bin/python benchmarks/bench_export.py --sections lr-forms --threads 1 --clock thread
+
+``lr-forms``: the candidate double forms of a binary LogisticRegression's probabilities
+(docs/export.md, "LogisticRegression at one row") against skl2onnx's file.
 
 This is a script, not a test; figures go to docs/export.md with the CPU from lscpu.
 """
@@ -179,6 +183,91 @@ def bench_pipelines(args) -> None:
               flush=True)
 
 
+def _lr_form(w: np.ndarray, b: float, form: str):
+    """A binary logistic regression's ``predict_proba`` ([1 - p, p], double) as one of the
+    candidate ONNX forms measured for docs/export.md (``--sections lr-forms``)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    d = len(w)
+    one = numpy_helper.from_array(np.ones((1, 1)), "one")
+    col = np.stack
+
+    def gemm(wm, c):
+        return ([helper.make_node("Gemm", ["X", "W", "C"], ["z"])],
+                [numpy_helper.from_array(wm, "W"), numpy_helper.from_array(c, "C")])
+
+    if form == "gemm-only (floor)":
+        nodes, inits = gemm(col([-w, w], 1), np.asarray([[-b, b]]))
+        nodes[0].output[0] = "P"
+    elif form == "export (6 nodes)":  # Gemm(-w), Exp, Add, Reciprocal, Sub, Concat
+        nodes, inits = gemm(-w.reshape(-1, 1), np.asarray([[-b]]))
+        nodes += [helper.make_node("Exp", ["z"], ["e"]), helper.make_node("Add", ["one", "e"], ["s"]),
+                  helper.make_node("Reciprocal", ["s"], ["p"]),
+                  helper.make_node("Sub", ["one", "p"], ["q"]),
+                  helper.make_node("Concat", ["q", "p"], ["P"], axis=1)]
+        inits.append(one)
+    elif form == "[v, -v] Gemm, Exp, Add, Reciprocal":
+        nodes, inits = gemm(col([w, -w], 1), np.asarray([[b, -b]]))
+        nodes += [helper.make_node("Exp", ["z"], ["e"]), helper.make_node("Add", ["one", "e"], ["s"]),
+                  helper.make_node("Reciprocal", ["s"], ["P"])]
+        inits.append(one)
+    elif form == "[0, v] Gemm, Softmax":
+        nodes, inits = gemm(col([np.zeros(d), w], 1), np.asarray([[0.0, b]]))
+        nodes.append(helper.make_node("Softmax", ["z"], ["P"], axis=1))
+    elif form == "[-v, v] Gemm, Sigmoid":
+        nodes, inits = gemm(col([-w, w], 1), np.asarray([[-b, b]]))
+        nodes.append(helper.make_node("Sigmoid", ["z"], ["P"]))
+    else:
+        raise ValueError(form)
+    g = helper.make_graph(nodes, "lr", [helper.make_tensor_value_info(
+        "X", TensorProto.DOUBLE, ["N", d])], [helper.make_tensor_value_info(
+            "P", TensorProto.DOUBLE, ["N", 2])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    return m
+
+
+LR_FORMS = ("export (6 nodes)", "[v, -v] Gemm, Exp, Add, Reciprocal", "[0, v] Gemm, Softmax",
+            "[-v, v] Gemm, Sigmoid", "gemm-only (floor)")
+
+
+def bench_lr_forms(args) -> None:
+    """The candidate forms of a binary LogisticRegression's probabilities in double, each in
+    ONNX Runtime against skl2onnx's file (LinearClassifier, float32), interleaved."""
+    import bench_pipelines as bp
+    import onnxruntime as ort
+
+    bp.THREADS = str(args.threads)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        models, X = bp._models(args.train_rows)
+    _, model, method, kind = next(m for m in models if m[0] == "LogisticRegression")
+    Xb = X[np.random.default_rng(1).integers(0, len(X), args.rows)]
+    w = np.asarray(model.coef_, np.float64).ravel()
+    b = float(np.asarray(model.intercept_, np.float64)[0])
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    systems = {"skl2onnx": bp._onnx(model, method, kind, Xb)}
+    inputs = {"skl2onnx": Xb}
+    for form in LR_FORMS:
+        sess = ort.InferenceSession(_lr_form(w, b, form).SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+        systems[form] = lambda A, s=sess: s.run(["P"], {"X": A})[0]
+        inputs[form] = Xb.astype(np.float64)
+    want = model.predict_proba(Xb)
+    res = compare(systems, inputs, args.repeat, args.one_row_calls)
+    print("\n### LogisticRegression `predict_proba` forms (double) against skl2onnx\n\n"
+          "| form | 100K rows (ms) | ratio | 1 row (us) | ratio | max diff |\n"
+          "|---|---|---|---|---|---|")
+    (pb, po) = res["skl2onnx"]
+    for name in systems:
+        bt, ot = res[name]
+        diff = max_diff(systems[name](inputs[name]), want) if name != LR_FORMS[-1] else np.nan
+        print(f"| {name} | {bt * 1e3:.3f} | **{pb / bt:.2f}x** | {ot * 1e6:.2f} | "
+              f"**{po / ot:.2f}x** | {diff:.1g} |", flush=True)
+
+
 def main(argv=None) -> None:
     import onnxruntime as ort
 
@@ -211,7 +300,8 @@ def main(argv=None) -> None:
           f"export input {args.input_dtype or 'default'}, precision {args.precision}; {args.clock} clock; batch {args.rows} rows; best of {args.repeat}; "
           f"load average at start {load:.1f}")
     for section in args.sections.split(","):
-        {"trees": bench_trees, "pipelines": bench_pipelines}[section](args)
+        {"trees": bench_trees, "pipelines": bench_pipelines,
+         "lr-forms": bench_lr_forms}[section](args)
     print(f"\nload average at end {os.getloadavg()[0]:.1f}")
 
 

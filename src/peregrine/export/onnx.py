@@ -104,10 +104,15 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     if ml_ops not in ("auto", "always", "never"):
         raise ValueError(f"ml_ops={ml_ops!r}: use 'auto', 'always' or 'never'")
     if spec.category_maps or spec.hash_columns:
+        # the file's one input is a numeric matrix; these columns hold strings / pandas
+        # categories the runtime turns into codes (category maps) or CatBoost hashes
+        cols = sorted({*spec.category_maps, *spec.hash_columns})
+        named = [spec.feature_names[c] if spec.feature_names else str(c) for c in cols]
         raise UnsupportedModelError(
             f"{spec.source}: ONNX export takes a float64 matrix; this model reads string or "
-            "pandas category columns (category maps / hashed columns), which it does not "
-            "export yet; the reference, torch, torchscript and native backends run it")
+            f"pandas category columns ({', '.join(named)}: category maps / hashed columns), "
+            "which it does not export yet; the reference, torch, torchscript and native "
+            "backends run it (export_library takes pandas category columns as their codes)")
     if batch == "dynamic":
         rows: Any = "N"
     elif isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
