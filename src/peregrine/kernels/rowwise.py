@@ -37,7 +37,7 @@ from llvmlite import ir
 from peregrine.ir import Graph, Link, Op
 from peregrine.ir.semantics.pipeline import float32_params
 from peregrine.ir.semantics.row_sums import row_sum_program
-from peregrine.kernels.rowwise_emit import Emitter
+from peregrine.kernels.rowwise_emit import RBF_CHUNK, Emitter
 
 # Limits past which a fused kernel is the wrong tool: a LINEAR this large is a GEMM (torch's
 # BLAS blocks it for the cache; a per-row loop would reload the weights every row), and very
@@ -119,7 +119,9 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool | str], x_dtype: str
             widths = [int(by_name[i].width) for i in node.inputs]
             f32[node.name] = node.attrs.float32_out([f32[i] for i in node.inputs])
             step = _step(node, widths, param, f32[node.name])
-            if step is None or not 0 < int(node.width or 0) <= MAX_WIDTH:
+            # a fused rbf KERNEL loops over its vectors (rowwise_emit.op_rbf): wider is fine
+            limit = MAX_KERNEL_WIDTH if node.op is Op.KERNEL else MAX_WIDTH
+            if step is None or not 0 < int(node.width or 0) <= limit:
                 return None
             step.update({"in": ins, "w": int(node.width), "win": widths})
             steps.append(step)
@@ -220,7 +222,28 @@ def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:
         return {"op": "concat", "r32": r32}
     if op is Op.ONE_HOT:
         return _one_hot_step(a, w, win, param)
+    if op is Op.KERNEL and a.kind == "rbf" and a.center_rows is None:
+        # the native backend's rbf form (backends/native/rules.py: |x|^2 - 2 x.v + |v|^2,
+        # clamped at 0), its x.v as a sum over features in order instead of BLAS's blocks
+        v = np.asarray(a.vectors, dtype=np.float64)
+        if v.shape != (w, win) or v.size > MAX_KERNEL_VALUES:
+            return None
+        pad = -(-w // RBF_CHUNK) * RBF_CHUNK  # whole chunks: the padding vectors are zeros
+        vt = np.zeros((win, pad))
+        vt[:, :w] = v.T
+        vv = np.zeros(pad)
+        vv[:w] = np.einsum("ij,ij->i", v, v)
+        return {"op": "rbf", "VT": param(vt), "vv": param(vv), "pad": pad,
+                "g": float(a.gamma), "sum": row_sum_program("einsum", win, np.float64)}
     return None
+
+
+# (vectors x features) of a fused rbf KERNEL: the support vectors of a kernel SVM scored one
+# row at a time (a larger set is a GEMM: BLAS over row blocks, backends/native/rules.py)
+MAX_KERNEL_VALUES = 1 << 14
+# its output is one row vector the next step reads whole (a LINEAR's dot product): 1,000
+# vectors (16 features): four kernels (two methods x two input dtypes) in about 0.9 s
+MAX_KERNEL_WIDTH = 1024
 
 
 MAX_ONE_HOT_TERMS = 1024  # (column, category) comparisons in one row vector

@@ -16,6 +16,8 @@ from peregrine.kernels import vmath
 from peregrine.kernels.irutil import F32, F64, I1, I32, I64, PTR, gep
 
 ROW_UNROLL = 4
+RBF_CHUNK = 8  # support vectors per iteration of a fused rbf KERNEL (one AVX-512 vector)
+LOOPING_OPS = frozenset({"rbf"})  # steps that emit a loop of their own
 OUT_TYPES = {"float64": F64, "float32": F32, "int64": I64}
 
 
@@ -105,11 +107,17 @@ class Emitter:
         # ROW_UNROLL rows per iteration, then the rest one at a time: a row's sums are chains
         # of dependent adds (a dot product over the input columns), and independent rows side
         # by side let the core overlap them
-        span = b.sub(re, rb)
-        main_end = b.add(rb, b.mul(b.sdiv(span, ir.Constant(I64, ROW_UNROLL)),
-                                   ir.Constant(I64, ROW_UNROLL)))
-        acc = self.loop(rb, main_end, ROW_UNROLL, self.const(0.0, self.d), "rows")
-        acc = self.loop(main_end, re, 1, acc, "tail")
+        # A plan with a looping step (a fused rbf KERNEL) has independent work enough in one
+        # row, and four copies of its loop took LLVM four times as long to compile.
+        unroll = 1 if any(step["op"] in LOOPING_OPS for step in self.steps) else ROW_UNROLL
+        acc = self.const(0.0, self.d)
+        if unroll > 1:
+            span = b.sub(re, rb)
+            main_end = b.add(rb, b.mul(b.sdiv(span, ir.Constant(I64, unroll)),
+                                       ir.Constant(I64, unroll)))
+            acc = self.loop(rb, main_end, unroll, acc, "rows")
+            rb = main_end
+        acc = self.loop(rb, re, 1, acc, "tail")
         b.store(self.reduce_sum(acc), flag, align=8)
         b.ret_void()
 
@@ -213,6 +221,46 @@ class Emitter:
                 term = b.fmul(self.splat(self.lane(x, j), w), self.load_param([off + j * w, w]))
                 acc = term if acc is None else b.fadd(acc, term)
         return b.fadd(acc, self.load_param(s["b"]))
+
+    def op_rbf(self, s: dict, ins: list) -> ir.Value:
+        # exp(max(|x|^2 - 2 x.v + |v|^2, 0) * -gamma) per vector v, in rbf_expanded's order
+        # of operations, x.v as x_j * VT[j, :] accumulated over j. A loop over RBF_CHUNK
+        # vectors at a time into a stack buffer: hundreds of vectors as one straight-line
+        # vector value took LLVM seconds to compile (28 s for four kernels of 408).
+        b, x, w = self.b, ins[0], s["w"]
+        off, win, pad, c = s["VT"][0], s["win"][0], s["pad"], RBF_CHUNK
+        with b.goto_entry_block():
+            buf = b.alloca(ir.ArrayType(F64, pad))
+        xx = self.splat(self.program_sum(s, b.fmul(x, x)), c)
+        xs = [self.splat(self.lane(x, j), c) for j in range(win)]
+        before = b.block
+        body = self.fn.append_basic_block("rbf")
+        after = self.fn.append_basic_block("rbf.end")
+        b.branch(body)
+        b.position_at_end(body)
+        k = b.phi(I64, name="k")
+        k.add_incoming(ir.Constant(I64, 0), before)
+
+        def chunk(start: int) -> ir.Value:
+            p = gep(b, self.params, [b.add(ir.Constant(I64, start), k)], source_etype=F64)
+            return b.load(p, typ=self.vec(c), align=8)
+
+        dot = None
+        for j in range(win):
+            term = b.fmul(xs[j], chunk(off + j * pad))
+            dot = term if dot is None else b.fadd(dot, term)
+        d = b.fadd(b.fadd(b.fmul(dot, self.const(-2.0, c)), xx), chunk(s["vv"][0]))
+        zero = self.const(0.0, c)
+        d = b.select(b.fcmp_ordered("<", d, zero), zero, d)  # np.maximum: NaN stays NaN
+        out = gep(b, buf, [ir.Constant(I32, 0), k], source_etype=buf.allocated_type)
+        b.store(self.exp(b.fmul(d, self.const(-s["g"], c))), out, align=8)
+        k_next = b.add(k, ir.Constant(I64, c))
+        k.add_incoming(k_next, b.block)
+        b.cbranch(b.icmp_signed("<", k_next, ir.Constant(I64, pad)), body, after)
+        b.position_at_end(after)
+        first = gep(b, buf, [ir.Constant(I32, 0), ir.Constant(I32, 0)],
+                    source_etype=buf.allocated_type)
+        return b.load(first, typ=self.vec(w), align=8)
 
     def r32(self, s: dict, v: ir.Value) -> ir.Value:
         """``v`` rounded to float32 (and widened back) when the step computes in float32."""

@@ -42,6 +42,7 @@ class NativeExecutable(Executable):
         self.fused = options.fused_kernels  # lower.Kernels
         self._plans: dict[tuple[str, ...], Plan] = {}
         self._direct: dict[tuple[str, ...], Any] = {}
+        self._rules: dict[str, Any] = {}  # node -> its prepared rule (rules.prepare)
         # each method's plan now, so kernels compile (and errors show) at compile time
         for output in sorted({m.output for m in spec.methods.values()}):
             self.plan((output,))
@@ -96,10 +97,10 @@ class NativeExecutable(Executable):
             step.program, step.width, lambda X: self._forest(step, X, dtype), dtype)
 
     def runner(self, output: str) -> Any:
-        """The online path (``Executable.runner``) for a plan that starts with one kernel on
-        the input: a fused output's row kernel, checking the source's NaN/inf policy as it
-        reads; or a forest kernel through its few-rows slot, then the plan's remaining rules
-        (argmax, ...), without ``run``'s per-call dispatch."""
+        """The online path (``Executable.runner``): a fused output's row kernel, checking the
+        source's NaN/inf policy as it reads; a forest kernel through its few-rows slot, then
+        the plan's remaining rules (argmax, ...) without ``run``'s per-call dispatch; any
+        other plan through the executor (the runtime skips its generic input handling)."""
         plan = self.plan((output,))
         if plan.kernel_only and isinstance(plan.steps[1], RowRegion):
             kernel = plan.steps[1].kernel
@@ -110,21 +111,22 @@ class NativeExecutable(Executable):
         direct = self._direct.get((output,))
         if direct is not None:
             return direct
-        steps = plan.steps
+        steps, key = plan.steps, (output,)
         if len(steps) < 3 or steps[0].op is not Op.INPUT or \
                 not isinstance(steps[1], FusedForest) or \
                 not all(isinstance(s, Node) for s in steps[2:]):
-            return None
+            # any other plan: the executor itself, minus the generic path's input handling
+            return lambda X: self.run(X, key)[output]
         step, rest, result = steps[1], steps[2:], plan.ends[0]
         first = self.programs[step.tree.name].caller(
             step.program, step.width, lambda X: self._forest(step, X), step.dtype)
-        x_name, end, options = steps[0].name, step.end, self.options
+        x_name, end = steps[0].name, step.end
+        fns = [(n.name, n.inputs, rules.prepare(n, self.options)) for n in rest]
 
         def run(X: np.ndarray) -> np.ndarray:
             values = {x_name: X, end: first(X)}
-            for node in rest:
-                values[node.name] = rules.run(node, [values[i] for i in node.inputs],
-                                                   options)
+            for name, inputs, fn in fns:
+                values[name] = fn([values[i] for i in inputs])
             return values[result]
 
         return run
@@ -161,8 +163,11 @@ class NativeExecutable(Executable):
     def _rule_step(self, node: Node, X: np.ndarray, values: dict[str, Any]) -> None:
         if node.op is Op.INPUT:
             values[node.name] = X
-        else:
-            values[node.name] = rules.run(node, [values[i] for i in node.inputs], self.options)
+            return
+        fn = self._rules.get(node.name)
+        if fn is None:
+            fn = self._rules[node.name] = rules.prepare(node, self.options)
+        values[node.name] = fn([values[i] for i in node.inputs])
 
     def _forest_step(self, step: FusedForest, X: np.ndarray, values: dict[str, Any]) -> None:
         values[step.end] = self._forest(step, values[step.tree.inputs[0]])
@@ -173,7 +178,7 @@ class NativeExecutable(Executable):
             values.update(zip(step.ends, outs))
             return
         for node in step.nodes:  # an input dtype the kernel does not fuse: the ops' rules
-            values[node.name] = rules.run(node, [values[i] for i in node.inputs], self.options)
+            self._rule_step(node, X, values)
 
     def _block_rows(self, plan: Plan) -> int:
         row_bytes = 8 * sum(max(1, int(step.width or 1)) for step in plan.steps)

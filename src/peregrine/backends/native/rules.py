@@ -20,6 +20,8 @@ Without torch (an artifact loaded elsewhere) they run their rules.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -29,6 +31,18 @@ from peregrine.options import CompileOptions
 
 NETWORK_OPS = {Op.DENSE: "dense", Op.ACTIVATION: "activation", Op.BATCH_NORM: "batch_norm"}
 _TORCH = importlib.util.find_spec("torch") is not None
+
+
+def prepare(node: Node, options: CompileOptions) -> Callable[[list], np.ndarray]:
+    """``run`` for one node as ``ins -> value``, with what every call would recompute done
+    once: a plan's rule steps are prepared when it is made (executable.py), so one row pays
+    for the arithmetic, not for converting the op's constants again."""
+    a = node.attrs
+    if node.op is Op.KERNEL and a.kind == "rbf" and a.center_rows is None:
+        v = np.ascontiguousarray(a.vectors, dtype=np.float64)
+        vv, gamma = np.einsum("ij,ij->i", v, v), float(a.gamma)  # |v|^2: rbf_expanded's
+        return lambda ins: rbf_expanded(np.asarray(ins[0], dtype=np.float64), v, gamma, vv)
+    return partial(run, node, options=options)
 
 
 def run(node: Node, ins: list, options: CompileOptions) -> np.ndarray:

@@ -93,12 +93,18 @@ def powi(base: np.ndarray, times: int) -> np.ndarray:
     return ret
 
 
-def rbf_expanded(x: np.ndarray, v: np.ndarray, gamma: float) -> np.ndarray:
-    """rbf_kernel via euclidean_distances(squared=True): |x|^2 - 2 x.v + |v|^2, clamped at 0."""
-    d = -2 * (x @ v.T)
+def rbf_expanded(x: np.ndarray, v: np.ndarray, gamma: float,
+                 vv: np.ndarray | None = None) -> np.ndarray:
+    """rbf_kernel via euclidean_distances(squared=True): |x|^2 - 2 x.v + |v|^2, clamped at 0.
+    ``vv``: |v|^2 per vector, when the caller has it already. In place after the product: the
+    same operations in the same order, one temporary."""
+    d = x @ v.T
+    d *= -2
     d += np.einsum("ij,ij->i", x, x)[:, None]
-    d += np.einsum("ij,ij->i", v, v)[None, :]
-    return np.exp(np.maximum(d, 0) * -gamma)
+    d += (np.einsum("ij,ij->i", v, v) if vv is None else vv)[None, :]
+    np.maximum(d, 0, out=d)
+    d *= -gamma
+    return np.exp(d, out=d)
 
 
 @define(Op.KERNEL)
