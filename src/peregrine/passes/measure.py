@@ -112,6 +112,8 @@ def measure(exact: Graph, fast: Graph, sample: np.ndarray | None = None,
     """The report entry comparing graph ``fast`` with graph ``exact`` (same outputs)."""
     options = options or CompileOptions()
     if sample is not None:
+        if hasattr(sample, "toarray"):  # a scipy.sparse matrix (a text pipeline's boundary)
+            sample = sample[:MAX_ROWS].toarray()
         rows, source = np.asarray(sample)[:MAX_ROWS], "sample_input"
     else:
         rows, source = _synthetic(exact, np.random.default_rng(0)), "synthetic"
