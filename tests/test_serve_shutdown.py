@@ -289,3 +289,98 @@ def test_a_request_on_an_idle_keep_alive_connection_after_shutdown_is_answered(m
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
     thread.join(30)
     assert not thread.is_alive()
+
+
+# --------------------------------------------------------- answer head and body in one write --
+class _Transport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+class _Cycle:
+    response_started = False
+
+
+def test_the_answer_head_waits_for_the_body_and_goes_out_with_it():
+    from peregrine.deploy.protocol import _HeadWithBody
+
+    transport, cycle = _Transport(), _Cycle()
+    out = _HeadWithBody(transport, cycle)
+    out.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # before the answer started: at once
+    assert transport.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    cycle.response_started = True
+    out.write(b"HEAD\r\n\r\n")
+    assert len(transport.writes) == 1  # held
+    out.write(b"body")
+    assert transport.writes[1:] == [b"HEAD\r\n\r\nbody"]  # one write
+    out.write(b"more")
+    assert transport.writes[2:] == [b"more"] and not out.is_closing()
+    # an answer that started and then failed: the head is written before the close
+    transport, cycle = _Transport(), _Cycle()
+    out = _HeadWithBody(transport, cycle)
+    cycle.response_started = True
+    out.write(b"HEAD\r\n\r\n")
+    out.close()
+    assert transport.writes == [b"HEAD\r\n\r\n"] and transport.closed
+
+
+def _read_http_answer(reader, has_body: bool = True) -> tuple[bytes, bytes]:
+    """One HTTP answer with a Content-Length (the body's, even where none follows: HEAD) from
+    the connection's buffered reader: (head, body)."""
+    lines = []
+    while True:
+        line = reader.readline()
+        assert line, f"connection ended after {lines!r}"
+        if line == b"\r\n":
+            break
+        lines.append(line)
+    head = b"".join(lines)
+    length = int(re.search(rb"(?im)^content-length: *(\d+)", head).group(1)) if has_body else 0
+    return head, reader.read(length)
+
+
+def test_head_expect_continue_and_plain_answers_on_one_connection(artifact):
+    """The server's protocol writes an answer's head with its body: HEAD answers (no body
+    write), ``Expect: 100-continue`` (a write before the answer), plain and pipelined answers
+    all arrive whole, in order, on one keep-alive connection."""
+    model, path = artifact
+    server = Server(path)
+    X = np.random.default_rng(3).normal(size=(2, 6))
+    body = json.dumps({"rows": X.tolist()}).encode()
+    post = (
+        b"POST /v1/predict_proba HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n" % len(body)
+    )
+    try:
+        with socket.create_connection((server.host, server.port), timeout=10) as sock:
+            reader = sock.makefile("rb")
+            sock.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: t\r\n\r\n")
+            head, rest = _read_http_answer(reader, has_body=False)
+            assert head.startswith(b"HTTP/1.1 200") and rest == b""
+            sock.sendall(post + b"Expect: 100-continue\r\n\r\n")
+            assert reader.readline().startswith(b"HTTP/1.1 100") and reader.readline() == b"\r\n"
+            sock.sendall(body)
+            for _ in range(2):
+                head, rest = _read_http_answer(reader)
+                assert head.startswith(b"HTTP/1.1 200"), head
+                np.testing.assert_allclose(
+                    json.loads(rest)["predictions"], model.predict_proba(X), 1e-5, 1e-6
+                )
+                sock.sendall(post + b"\r\n" + body)
+            sock.sendall(b"GET /v1/nope HTTP/1.1\r\nHost: t\r\n\r\n")  # pipelined
+            head, rest = _read_http_answer(reader)
+            assert head.startswith(b"HTTP/1.1 200")
+            head, rest = _read_http_answer(reader)
+            assert head.startswith(b"HTTP/1.1 405") and json.loads(rest)["type"]
+    finally:
+        server.stop()

@@ -24,6 +24,12 @@ ends:
 
 uvicorn waits for every connection to close before the app's lifespan shutdown (which drains
 the batcher), and at most ``timeout_graceful_shutdown`` seconds for all of it.
+
+The same protocol also writes each answer's head and body in one ``send(2)``: uvicorn writes the
+status line and headers at ``http.response.start`` and the body at ``http.response.body``, and
+uvloop sends each write at once, so a small answer cost two system calls and two TCP segments
+(on loopback the receiving side of both runs on the sender's CPU too). ``_HeadWithBody`` holds
+the head until the body's first write.
 """
 
 from __future__ import annotations
@@ -39,6 +45,46 @@ except ImportError:  # pragma: no cover - httptools not installed
 # any network a model server sits on, plus a loaded event loop); short enough that idle pooled
 # connections do not hold the shutdown up for long.
 DRAIN_IDLE_SECONDS = 0.5
+
+
+class _HeadWithBody:
+    """The transport one request's cycle writes to: the answer's head (the cycle's first write
+    after its answer started) is held and goes out with the body's first write, in one write.
+    Writes before the answer started (``100 Continue``) pass at once; a close writes what is
+    held first. Not used for HEAD requests, whose answers have no body write."""
+
+    __slots__ = ("_transport", "_cycle", "_head", "_passed")
+
+    def __init__(self, transport: Any, cycle: Any) -> None:
+        self._transport, self._cycle = transport, cycle
+        self._head: bytes | None = None
+        self._passed = False  # the head went out: every later write passes straight through
+
+    def write(self, data: bytes) -> None:
+        if self._passed:
+            self._transport.write(data)
+        elif self._head is not None:
+            self._passed = True
+            head, self._head = self._head, None
+            if len(data) < 65536:
+                self._transport.write(head + data)
+            else:  # a large body: not worth a copy to save one write
+                self._transport.write(head)
+                self._transport.write(data)
+        elif self._cycle.response_started:
+            self._head = data
+        else:
+            self._transport.write(data)
+
+    def close(self) -> None:
+        if self._head is not None:
+            self._passed = True
+            self._transport.write(self._head)
+            self._head = None
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:  # is_closing, get_extra_info...
+        return getattr(self._transport, name)
 
 
 class _Draining:
@@ -75,6 +121,13 @@ class _Draining:
                     cycle.keep_alive = False
             elif self._drain_timer is not None:
                 self._arm_idle_close()  # part of a request's head: the idle window restarts
+
+    def on_headers_complete(self) -> None:
+        cycle = self.cycle
+        super().on_headers_complete()  # type: ignore[misc]
+        new = self.cycle
+        if new is not cycle and new is not None and new.scope["method"] != "HEAD":
+            new.transport = _HeadWithBody(new.transport, new)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
