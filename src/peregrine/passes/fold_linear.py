@@ -44,7 +44,7 @@ _EXT = np.longdouble
 _EXT_LIMIT = 2 * 10 ** 7  # multiply-adds above which the W1 @ W2 fold uses float64 BLAS
 
 
-def reaches_only_scores(graph: Graph, name: str, readers: dict[str, list[Node]]) -> bool:
+def reaches_only_scores(name: str, readers: dict[str, list[Node]]) -> bool:
     """Whether every path from node ``name`` to an output goes through continuous ops only,
     ending in graph outputs or in an ARGMAX / THRESHOLD that is itself only an output (the
     final decision, whose label may change only where the scores are within rounding of a
@@ -122,7 +122,7 @@ def fold_linear(graph: Graph) -> tuple[Graph, str]:
     while True:
         by_name, readers = graph.by_name, _readers(graph)
         for n in graph.toposort():
-            if n.op is not Op.LINEAR or not reaches_only_scores(graph, n.name, readers):
+            if n.op is not Op.LINEAR or not reaches_only_scores(n.name, readers):
                 continue
             prod = by_name[n.inputs[0]]
             w, b = np.asarray(n.attrs.weight, np.float64), np.asarray(n.attrs.bias, np.float64)
@@ -145,4 +145,5 @@ def fold_linear(graph: Graph) -> tuple[Graph, str]:
     from peregrine.passes.cleanup import dead_nodes
 
     graph, _ = dead_nodes(graph)
-    return graph, f"folded {len(folded)} linear step(s): " + "; ".join(folded)
+    more = f"; and {len(folded) - 6} more" if len(folded) > 6 else ""
+    return graph, f"folded {len(folded)} linear step(s): " + "; ".join(folded[:6]) + more
