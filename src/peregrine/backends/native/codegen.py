@@ -394,9 +394,23 @@ class _Kernel(Walks, BinnedWalks, ObliviousBinnedWalks):
         for c in range(s.n_outputs):
             b.store(self.start_value(c, self.tb), self.acc1_ptr(c))
         t1 = b.trunc(self.te, I32)
+        # one output, one value a leaf: the leaves of a step are summed at the start of the
+        # next (and after the last), the same order; the sum's chain of dependent adds then
+        # overlaps the next step's walks instead of closing this one's
+        pending = None
+        if s.value_width == 1 and s.n_outputs == 1 and V > 1:
+            pending = [self.loops.var(v.ty(self.st), v.const(self.st, -0.0), f"pending{k}")
+                       for k in range(K)]
+
+        def fold_pending():
+            for p in pending:
+                b.store(v.fold(b.load(self.acc1_ptr(0), typ=self.st),
+                               b.load(p, typ=v.ty(self.st))), self.acc1_ptr(0))
 
         def trees(tv):
             tv = b.trunc(tv, I32)
+            if pending is not None:
+                fold_pending()
             groups = []
             for k in range(K):
                 ids = b.add(v.splat(tv), v.lane_ids(k * V))
@@ -416,10 +430,16 @@ class _Kernel(Walks, BinnedWalks, ObliviousBinnedWalks):
             grouped = s.value_width == 1 and s.n_outputs > 1
             for k, slot in enumerate(slots):
                 valid, t = groups[k]
+                if pending is not None:  # -0.0: the neutral value (see accumulate)
+                    val = self.to_sum(v.gather(self.d["leaf"], self.lt, slot))
+                    b.store(b.select(valid, val, v.const(self.st, -0.0)), pending[k])
+                    continue
                 col = v.gather(self.d["tree_col"], I32, t) if grouped else None
                 self.accumulate(k, slot, valid, col)
 
         self.loops.range(self.tb, self.te, ir.Constant(I64, V * K), trees, "trees")
+        if pending is not None:
+            fold_pending()
         totals = [self.widen(b.load(self.acc1_ptr(c), typ=self.st)) for c in range(s.n_outputs)]
         rows = r
         with b.if_else(self.finalizing(self.te)) as (final, partial):
