@@ -175,25 +175,16 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
         "explain": model.explain_dict(),
     }
 
-    async def read_body(receive: Any, length: bytes | None) -> bytes | memoryview:
-        announced = int(length) if length is not None and length.isdigit() else None
-        if announced is not None and announced > config.max_body_bytes:
-            raise _TooLarge
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect
-        body = message.get("body", b"")
-        if len(body) > config.max_body_bytes:
-            raise _TooLarge
-        if not message.get("more_body", False):
-            return body  # the whole body in one message: the common case, no copy
-        # A bulk body comes in messages of ~64-256 KB. With its length announced, each is copied
-        # into one buffer as it arrives, while it is still in cache, and freed at once; joining
-        # them at the end re-read the whole body (2.2 MB for 10K rows of 28 floats) from memory,
-        # and bytes.join of over 1 MB also released the GIL and waited to take it back from
-        # the model's thread. The buffer is np.empty's: its pages are touched only as the body
-        # arrives (a client announcing 64 MiB and sending 1 KB costs 1 KB, as the chunk list
-        # did; a bytearray would zero all 64 MiB up front). Chunked bodies (no length) are joined.
+    async def read_rest(receive: Any, body: bytes, announced: int | None) -> bytes | memoryview:
+        """The rest of a body that did not come in one message (its first part: ``body``).
+
+        A bulk body comes in messages of ~64-256 KB. With its length announced, each is copied
+        into one buffer as it arrives, while it is still in cache, and freed at once; joining
+        them at the end re-read the whole body (2.2 MB for 10K rows of 28 floats) from memory,
+        and bytes.join of over 1 MB also released the GIL and waited to take it back from the
+        model's thread. The buffer is np.empty's: its pages are touched only as the body arrives
+        (a client announcing 64 MiB and sending 1 KB costs 1 KB, as the chunk list did; a
+        bytearray would zero all 64 MiB up front). Chunked bodies (no length) are joined."""
         chunks = None
         if announced is not None and len(body) <= announced:
             view = memoryview(np.empty(announced, np.uint8))
@@ -242,12 +233,22 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
                     length = value
             try:
                 fmt = formats.media_type_of(content_type)
-                body = await read_body(receive, length)
+                announced = int(length) if length is not None and length.isdigit() else None
+                if announced is not None and announced > config.max_body_bytes:
+                    raise _TooLarge
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientDisconnect
+                body = message.get("body", b"")
+                if len(body) > config.max_body_bytes:
+                    raise _TooLarge
+                if message.get("more_body", False):  # else the whole body: no copy
+                    body = await read_rest(receive, body, announced)
                 if fmt == formats.JSON and len(body) > OFFLOAD_BYTES:
                     payload = await asyncio.to_thread(formats.decode, body, fmt, feature_names)
                 else:
                     payload = formats.decode(body, fmt, feature_names)
-                out = await batcher.submit(method, payload.key, payload.data, payload.rows)
+                out = await batcher.enqueue(method, payload.key, payload.data, payload.rows)
                 labels = class_list if method == "predict_proba" else None
                 if fmt == formats.JSON and out.size > OFFLOAD_VALUES:
                     data = await asyncio.to_thread(formats.encode, out, fmt, labels)

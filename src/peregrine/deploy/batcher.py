@@ -169,6 +169,12 @@ class Batcher:
     async def submit(self, method: str, key: tuple, data: Any, rows: int) -> Any:
         """Score ``data`` (``rows`` rows) with ``model.<method>``; returns its output or raises
         the model's error for these rows."""
+        return await self.enqueue(method, key, data, rows)
+
+    def enqueue(self, method: str, key: tuple, data: Any, rows: int) -> asyncio.Future:
+        """:meth:`submit` without its coroutine (the server's path: one object less per
+        request): the future of the output; raises :class:`ShuttingDown` or
+        :class:`QueueFull` at once."""
         loop = self._loop
         if self._closing or loop is None:
             raise ShuttingDown("the server is shutting down")
@@ -184,7 +190,7 @@ class Batcher:
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._dispatch)
-        return await job.future
+        return job.future
 
     # --------------------------------------------------------------------------- dispatch --
     def _idle(self, now: float) -> bool:

@@ -62,6 +62,10 @@ def serve(
         port=port,
         log_level=log_level,
         access_log=access_log,
+        # X-Forwarded-For/-Proto only change the client address and scheme in the scope, which
+        # nothing but the access log reads: without it uvicorn's middleware is one coroutine
+        # and a header scan per request for nothing
+        proxy_headers=access_log,
         timeout_graceful_shutdown=graceful_timeout,
         lifespan="on",
         backlog=4096,
