@@ -15,10 +15,13 @@ module can serve many Python threads at once.
 Not ``from __future__ import annotations``: TorchScript reads these annotations at runtime.
 """
 
+import functools
+
 import numpy as np
 import torch
 from torch import Tensor, nn
 
+from peregrine import config
 from peregrine.backends.torch import layout
 from peregrine.ir import Aggregation, Forest
 from peregrine.ir.forest import LIGHTGBM_ZERO_THRESHOLD
@@ -239,21 +242,59 @@ class Gemm(ForestModule):
         super().__init__(forest, lay.nodes, lay.leaf_node, options, T * (n_int + n_leaf),
                          GEMM_CHUNK)
         self.n_internal = n_int
-        _buffer(self, "path", lay.path, torch.float32)
-        _buffer(self, "n_left", lay.n_left[:, None, :], torch.float32)
+        # dtype rewriting (issue #12): both products multiply 0/1 decisions by small integers
+        # (path entries 0/+-1, partial sums at most the tree's depth; slot numbers), which
+        # bfloat16 holds exactly up to 256, so on a CPU with bfloat16 dot products the
+        # products run there at half the bytes and twice the rate (AMD EPYC Zen 4, 1 thread,
+        # (100 x 4096 x 63) @ (63 x 64): 88 ms float32, 43 ms bfloat16) with the same bits.
+        depth = int(np.count_nonzero(lay.path, axis=1).max(initial=0))  # ancestors per leaf
+        mm = torch.bfloat16 if exact_bf16() and depth <= BF16_EXACT else torch.float32
+        self.mm_dtype = mm
+        _buffer(self, "path", lay.path, mm)
+        _buffer(self, "n_left", lay.n_left[:, None, :], mm)
         slots = np.broadcast_to(np.arange(n_leaf, dtype=np.float32)[None, :, None],
                                 (T, n_leaf, 1))
-        _buffer(self, "slot", slots, torch.float32)
+        _buffer(self, "slot", slots, mm if n_leaf <= BF16_EXACT else torch.float32)
         _buffer(self, "leaf_base", np.arange(T, dtype=np.int64)[None, :] * n_leaf, torch.int64)
 
     def _leaves(self, x: Tensor, thr: Tensor) -> Tensor:
         b = x.shape[0]
         v = x.index_select(1, self.feature)  # (b, T * n_internal)
         left = self._decide(v, None, thr, self._any_nan(x))  # node tables broadcast over rows
-        dec = left.to(torch.float32).view(b, self.n_trees, self.n_internal).transpose(0, 1)
-        match = (torch.bmm(dec, self.path) == self.n_left).to(torch.float32)  # (T, b, L)
+        # one copy converting and transposing at once: (trees, rows, nodes), contiguous as
+        # the bfloat16 bmm wants it (a strided one copied it again)
+        dec = torch.empty((self.n_trees, b, self.n_internal), dtype=self.path.dtype,
+                          device=left.device)
+        dec.copy_(left.view(b, self.n_trees, self.n_internal).transpose(0, 1))
+        match = (torch.bmm(dec, self.path) == self.n_left).to(self.slot.dtype)  # (T, b, L)
         local = torch.bmm(match, self.slot).squeeze(2)  # exactly one match per tree
         return local.t().to(torch.int64) + self.leaf_base
+
+
+# bfloat16's 8-bit significand holds every integer up to 256 exactly
+BF16_EXACT = 256
+
+
+def exact_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512_BF16 or AMX-BF16, which oneDNN
+    uses for torch's bfloat16 bmm) and no lower CPU level is forced (peregrine.tools.cpu_level:
+    then oneDNN may not use them either). Elsewhere bfloat16 products are emulated, slower
+    than float32."""
+    if config.cpu_level() is not None:
+        return False
+    return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_flags() -> frozenset:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:  # not Linux
+        pass
+    return frozenset()
 
 
 STRATEGY_MODULES = {
