@@ -58,9 +58,6 @@ _REFUSALS: dict[str, tuple[str, ...]] = {
     # KNN_IMPUTE: refused on purpose (onnx_graph.REFUSAL_REASONS: donors at equal distances
     # are ordered by the BLAS's rounding of nan_euclidean's expanded form)
     r"op knn_impute": ("tf-knn-imputer-uniform", "tf-knn-imputer-distance"),
-    # pandas category columns: the program reads codes the runtime makes from the categories
-    r"string or pandas category columns": ("xgb-clf-pandas-categorical",
-                                           "lgb-clf-pandas-categorical"),
 }
 REFUSED = {case_id: pattern for pattern, ids in _REFUSALS.items() for case_id in ids}
 
@@ -124,8 +121,9 @@ def test_opset_too_old_names_the_ops_and_backends(tmp_path):
 
 def test_support_table_matches_refusals():
     """supported_models()'s onnx-export field (export/support.py) names every op the refusal
-    list names, and only ops the exporter has no lowering for (category maps: lowered, but
-    their string / pandas category inputs are not exported)."""
+    list names, and only ops the exporter has no lowering for (category maps: lowered, and
+    string / pandas category columns export as their codes, but CatBoost's hashed string
+    columns are not exported)."""
     from peregrine.export import (  # noqa: F401
         onnx_kernels,
         onnx_lookup,

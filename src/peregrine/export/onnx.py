@@ -103,16 +103,19 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
             "backend=...)")
     if ml_ops not in ("auto", "always", "never"):
         raise ValueError(f"ml_ops={ml_ops!r}: use 'auto', 'always' or 'never'")
-    if spec.category_maps or spec.hash_columns:
-        # the file's one input is a numeric matrix; these columns hold strings / pandas
-        # categories the runtime turns into codes (category maps) or CatBoost hashes
-        cols = sorted({*spec.category_maps, *spec.hash_columns})
+    if spec.hash_columns:
+        # CatBoost's categorical features: the runtime hashes each string (CityHash) before
+        # the graph, and no ONNX op computes that hash
+        cols = sorted(spec.hash_columns)
         named = [spec.feature_names[c] if spec.feature_names else str(c) for c in cols]
         raise UnsupportedModelError(
-            f"{spec.source}: ONNX export takes a float64 matrix; this model reads string or "
-            f"pandas category columns ({', '.join(named)}: category maps / hashed columns), "
-            "which it does not export yet; the reference, torch, torchscript and native "
-            "backends run it (export_library takes pandas category columns as their codes)")
+            f"{spec.source}: ONNX export takes a numeric matrix; this model hashes string "
+            f"columns ({', '.join(named)}: CatBoost's CityHash of each value, which no ONNX "
+            "op computes), so it is not exported; the reference, torch, torchscript and "
+            "native backends run it")
+    # string / pandas category columns (spec.category_maps) are exported as their codes, as
+    # the compiled model takes a numeric matrix and export_library does: the file's metadata
+    # lists each column's categories in code order (categories_metadata)
     if batch == "dynamic":
         rows: Any = "N"
     elif isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
@@ -286,6 +289,9 @@ def validation_rows(compiled: Any, n: int = 512, seed: int = 0) -> np.ndarray:
             # edge to probe there, and inf is no row for a source that rejects it
             if np.isfinite(t):
                 pools[j].append(float(t))
+    for j, cats in spec.category_maps.items():  # codes: each category, missing / unseen NaN
+        codes = rng.integers(0, max(len(cats), 1), n).astype(np.float64)
+        X[:, j] = np.where(rng.random(n) < 0.1, np.nan, codes)
     for j, pool in enumerate(pools):
         if pool:
             t = rng.choice(np.asarray(pool), size=n)
@@ -331,7 +337,16 @@ def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = Non
 
     from peregrine.export.onnx_float32 import float32_mismatch
 
-    X = validation_rows(compiled) if rows is None else np.asarray(rows, dtype=np.float64)
+    if rows is None:
+        X = validation_rows(compiled)
+    elif hasattr(rows, "columns") or getattr(getattr(rows, "dtype", None), "kind", "") == "O":
+        # a DataFrame (or object array) with string / category columns: the codes the file
+        # takes, made by the runtime's own conversion
+        from peregrine.runtime.inputs import prepare_input
+
+        X = np.asarray(prepare_input(rows, compiled.spec, check=False), dtype=np.float64)
+    else:
+        X = np.asarray(rows, dtype=np.float64)
     X = np.ascontiguousarray(X.reshape(-1, compiled.spec.n_features))
     if rows is None and compiled.spec.input_checks:
         X = _accepted_rows(compiled, X)
@@ -435,7 +450,7 @@ def export_onnx(compiled: Any, path: str | os.PathLike, *, opset: int | None = N
                                       exact_sums=True, precision=precision)
             n_rows, deviations = validate(compiled, model, taken, sample, float32=f32)
     level = "float32" if f32 else "exact"
-    _record(model, level, n_rows, deviations)
+    _record(model, level, n_rows, deviations, categories_metadata(compiled.spec))
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
     onnx.save_model(model, tmp)
@@ -446,14 +461,30 @@ def export_onnx(compiled: Any, path: str | os.PathLike, *, opset: int | None = N
                         deviations=deviations, precision=level)
 
 
-def _record(model: Any, level: str, rows: int, deviations: dict[str, dict[str, float]]
-            ) -> None:
+def categories_metadata(spec: Any) -> dict[str, str]:
+    """``peregrine.category_codes.<column>``: a JSON list of the column's categories in code
+    order (code = position), for each string / pandas category column, whose codes the
+    file's X holds (NaN for a missing or unseen value)."""
+    import json
+
+    out = {}
+    for c, cats in sorted(spec.category_maps.items()):
+        name = spec.feature_names[c] if spec.feature_names else str(c)
+        out[f"peregrine.category_codes.{name}"] = json.dumps(
+            [None if (isinstance(v, float) and np.isnan(v)) else
+             (v.item() if isinstance(v, np.generic) else v) for v in cats], default=str)
+    return out
+
+
+def _record(model: Any, level: str, rows: int, deviations: dict[str, dict[str, float]],
+            extra: dict[str, str] | None = None) -> None:
     """The precision level and the validation's measured error in the file's metadata_props
     (``peregrine.precision``, ``peregrine.validation.<method>``: "max_abs=..;max_rel=.." or
     "mismatches=0", on ``peregrine.validation_rows`` rows), for whoever deploys it."""
     from onnx import helper
 
-    props = {"peregrine.precision": level, "peregrine.validation_rows": str(rows)}
+    props = {"peregrine.precision": level, "peregrine.validation_rows": str(rows),
+             **(extra or {})}
     for m, dev in deviations.items():
         props[f"peregrine.validation.{m}"] = ";".join(f"{k}={v:.3g}" for k, v in dev.items())
     helper.set_model_props(model, props)

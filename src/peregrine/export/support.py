@@ -15,10 +15,6 @@ NOT_EXPORTED: dict[str, tuple[str, str]] = {
     "CatBoostClassifier": ("category_map", "categorical features (hashed at the input)"),
     "CatBoostRegressor": ("category_map", "categorical features (hashed at the input)"),
     "CatBoostRanker": ("category_map", "categorical features (hashed at the input)"),
-    "XGBClassifier": ("category_map", "pandas category columns"),
-    "XGBRegressor": ("category_map", "pandas category columns"),
-    "LGBMClassifier": ("category_map", "pandas category columns"),
-    "LGBMRegressor": ("category_map", "pandas category columns"),
 }
 
 
