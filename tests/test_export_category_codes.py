@@ -113,3 +113,29 @@ def test_catboost_hashed_columns_refused_naming_them(tmp_path):
     with pytest.raises(UnsupportedModelError, match=r"hashes string columns \(city, size"):
         compiled.export_onnx(tmp_path / "cb.onnx")
     assert not (tmp_path / "cb.onnx").exists()
+
+
+def test_cli_export_with_a_string_column_sample(tmp_path, capsys):
+    """``peregrine export ... --sample DATA``: a CSV with a string column validates through
+    the runtime's conversion to codes."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder
+
+    from peregrine.cli import main
+
+    rng = np.random.default_rng(6)
+    df = pd.DataFrame({"x": rng.normal(size=300),
+                       "colour": rng.choice(["red", "green", "blue"], 300).astype(object)})
+    y = ((df["colour"] == "blue") + df["x"] > 0.4).astype(int)
+    model = make_pipeline(ColumnTransformer([("oh", OneHotEncoder(handle_unknown="ignore"),
+                                              ["colour"])], remainder="passthrough"),
+                          LogisticRegression()).fit(df, y)
+    artifact = tmp_path / "m.peregrine"
+    peregrine.compile(model).save(artifact)
+    df.iloc[:100].to_csv(tmp_path / "sample.csv", index=False)
+    assert main(["export", str(artifact), "--format", "onnx", "-o", str(tmp_path / "m.onnx"),
+                 "--sample", str(tmp_path / "sample.csv")]) == 0
+    assert "validated" in capsys.readouterr().out
+    assert "peregrine.category_codes.colour" in _metadata(tmp_path / "m.onnx")

@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "triton":
             raise CLIError("--format triton batches dynamically; leave --batch out")
     compiled = _compiled(args)
-    sample = _sample(args, compiled) if args.sample else None
+    # string / category columns: the frame itself, which export_onnx turns into codes
+    sample = _sample(args, compiled, frame_ok=True) if args.sample else None
     options = {"opset": args.opset, "ml_ops": args.ml_ops, "input_dtype": args.input_dtype,
                "exact_sums": True if args.exact_sums else None, "precision": args.precision}
     start = time.perf_counter()
@@ -165,7 +166,7 @@ def _compiled(args: argparse.Namespace):
     return peregrine.compile(loaded.model, backend="reference")
 
 
-def _sample(args: argparse.Namespace, compiled):
+def _sample(args: argparse.Namespace, compiled, frame_ok: bool = False):
     import numpy as np
 
     from peregrine.cli.data import DataReader, Schema, to_model_frame
@@ -173,6 +174,10 @@ def _sample(args: argparse.Namespace, compiled):
 
     reader = DataReader(args.sample, chunk_rows=10_000)
     for start, df in reader.chunks():
+        if frame_ok and compiled.spec.category_maps:
+            # the rows as read: the runtime's DataFrame conversion (inside export_onnx) maps
+            # the string / category columns to codes by name
+            return df
         frame = to_model_frame(df, start, Schema.of(compiled.spec), args.sample)
         return np.asarray(frame, dtype=np.float64)
     raise InputError(f"{args.sample}: has no data rows")
