@@ -353,9 +353,10 @@ def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = Non
     if model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT:
         with np.errstate(over="ignore"):  # the rows a float32 caller can pass
             X = X.astype(np.float32)
+    reference = _rules_twin(compiled)
     expected: dict[str, np.ndarray] = {}
     for m in methods:
-        expected[m] = _expected(compiled, m, X)
+        expected[m] = _expected(reference, m, X)
     try:
         sess = session(model)
     except Exception as exc:  # noqa: BLE001 - ONNX Runtime lacks a kernel (e.g. a dtype)
@@ -403,6 +404,21 @@ def _accepted_rows(compiled: Any, X: np.ndarray) -> np.ndarray:
         raise ValidationError(f"{compiled.spec.source}: every generated validation row holds "
                               "a value the model rejects; pass sample= rows to validate on")
     return keep
+
+
+def _rules_twin(compiled: Any) -> Any:
+    """The model to validate against: ``compiled`` itself, or for a network (DENSE, ACTIVATION,
+    BATCH_NORM) compiled with a backend running torch's kernels, the same program on the
+    reference backend: the file reproduces the rules (NumPy's float32 sums), and torch's MKL
+    sums differ in last bits, which a forest after the network turns into other branches on
+    rows at its thresholds (docs/export.md, "Networks and the compiled model's backend")."""
+    if compiled.backend == "reference" or not any(
+            n.op in (Op.DENSE, Op.ACTIVATION, Op.BATCH_NORM)
+            for n in compiled.spec.graph.toposort()):
+        return compiled
+    from peregrine.runtime.compiled import build
+
+    return build(compiled.spec, "reference", compiled.options, "cpu")
 
 
 def _expected(compiled: Any, method: str, X: np.ndarray) -> np.ndarray:
