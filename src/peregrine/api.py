@@ -12,8 +12,9 @@ import numpy as np
 from peregrine.backends import get_backend, resolve_auto
 from peregrine.errors import ArtifactError, InputError, UnsupportedModelError
 from peregrine.frontends import FRONTENDS, convert, load_all
-from peregrine.options import CompileOptions
+from peregrine.options import CompileOptions, Precision
 from peregrine.passes import report_error, run_passes
+from peregrine.passes.measure import measure_program
 from peregrine.runtime.compiled import CompiledModel, build
 from peregrine.sources import is_model_source, load_model
 
@@ -85,12 +86,33 @@ def compile(  # noqa: A001 - the public name users expect
     # Precision.FAST: the gated passes' measured error, on these rows or synthetic ones
     report_error(exact_graph, spec.graph, report, rows, options)
     compiled = build(spec, backend, options, device, sample=rows)
+    _report_low_precision(compiled, backend, report, rows, options)
     compiled.passes = report
     if options.validate:
         from peregrine.runtime.validate import validate
 
         compiled.validation = validate(compiled, model, sample_input)
     return compiled
+
+
+_LOW_BACKENDS = ("torch", "torchscript")
+
+
+def _report_low_precision(compiled: CompiledModel, backend: str, report: list[dict[str, Any]],
+                          rows: Any, options: CompileOptions) -> None:
+    """Precision.BFLOAT16 / FLOAT16: the program's measured error per output (passes/measure.py)
+    on the torch backends, or a note that this backend ran the level as AUTO."""
+    level = options.precision
+    if level not in (Precision.BFLOAT16, Precision.FLOAT16):
+        return
+    graph = compiled.spec.graph
+    if backend not in _LOW_BACKENDS:
+        n = f"{len(graph.nodes)} -> {len(graph.nodes)}"
+        report.append({"pass": "precision", "nodes": n, "changed": (
+            f"{level.value}: the {backend} backend has no low-precision program; ran as "
+            f"'auto' (exact); use backend='torch' or 'torchscript'")})
+        return
+    report.append(measure_program(graph, compiled._exec.run, level.value, rows, options))
 
 
 def load(path: str | os.PathLike | bytes | IO[bytes], *, backend: str | None = None,

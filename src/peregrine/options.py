@@ -34,12 +34,21 @@ class Precision(enum.Enum):
     is within rounding of a tie; nothing reaching a tree's comparison is ever rewritten. When a
     gated pass changed the graph, compile measures the optimized graph against the exact one
     and reports each output's largest error (``explain()``, saved with the artifact).
+    BFLOAT16 / FLOAT16 (torch and TorchScript backends, CPU and CUDA): the arithmetic ops
+    (linear models, scalers, affine maps, network layers) compute in that dtype, the input cast
+    once, except where a tree's threshold comparison or a bin index reads the value: that stays
+    exact, trees are lowered as at AUTO (splits never move, leaf sums in float64), and outputs
+    come back in the method's usual dtype (``backends/torch/lowp.py``). Compile measures the
+    program against the exact graph and reports each output's largest error and changed labels.
+    Other backends run these levels as AUTO and say so in the report.
     """
 
     AUTO = "auto"
     FLOAT32 = "float32"
     FLOAT64 = "float64"
     FAST = "fast"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
 
 
 TUNE_MODES = ("auto", "off", "exhaustive")

@@ -71,7 +71,8 @@ def _compare(a: np.ndarray, b: np.ndarray) -> dict[str, Any]:
     return out
 
 
-def _line(errors: dict[str, dict[str, Any]], n: int, source: str) -> str:
+def _line(errors: dict[str, dict[str, Any]], n: int, source: str,
+          what: str = "against the exact graph") -> str:
     parts = []
     for out, e in errors.items():
         if "labels_changed" in e:
@@ -80,7 +81,7 @@ def _line(errors: dict[str, dict[str, Any]], n: int, source: str) -> str:
             extra = (f", {e['non_finite_differ']} non-finite value(s) differ"
                      if "non_finite_differ" in e else "")
             parts.append(f"{out}: max abs {e['max_abs']:.3g}, max rel {e['max_rel']:.3g}{extra}")
-    return f"against the exact graph on {n} {source} rows: " + "; ".join(parts)
+    return f"{what} on {n} {source} rows: " + "; ".join(parts)
 
 
 def _evaluate(graph: Graph, X: np.ndarray, outputs: tuple[str, ...], options: CompileOptions,
@@ -107,16 +108,20 @@ def _evaluate(graph: Graph, X: np.ndarray, outputs: tuple[str, ...], options: Co
     return {o: values[graph.outputs[o]] for o in outputs}, values
 
 
+def _rows(graph: Graph, sample: Any) -> tuple[np.ndarray | None, str]:
+    """The rows measured on: the user's first MAX_ROWS, or synthetic ones (module docstring)."""
+    if sample is not None:
+        if hasattr(sample, "toarray"):  # a scipy.sparse matrix (a text pipeline's boundary)
+            sample = sample[:MAX_ROWS].toarray()
+        return np.asarray(sample)[:MAX_ROWS], "sample_input"
+    return _synthetic(graph, np.random.default_rng(0)), "synthetic"
+
+
 def measure(exact: Graph, fast: Graph, sample: np.ndarray | None = None,
             options: CompileOptions | None = None) -> dict[str, Any]:
     """The report entry comparing graph ``fast`` with graph ``exact`` (same outputs)."""
     options = options or CompileOptions()
-    if sample is not None:
-        if hasattr(sample, "toarray"):  # a scipy.sparse matrix (a text pipeline's boundary)
-            sample = sample[:MAX_ROWS].toarray()
-        rows, source = np.asarray(sample)[:MAX_ROWS], "sample_input"
-    else:
-        rows, source = _synthetic(exact, np.random.default_rng(0)), "synthetic"
+    rows, source = _rows(exact, sample)
     entry: dict[str, Any] = {"pass": _ENTRY, "nodes": f"{len(fast.nodes)} -> {len(fast.nodes)}"}
     if rows is None or rows.ndim != 2 or rows.shape[0] == 0:
         return {**entry, "changed": "not measured: the graph's input width is unknown"}
@@ -136,3 +141,27 @@ def gated_changed(report: list[dict], gated: set[str]) -> bool:
     """Whether a gated pass of the pipeline changed the graph (per the pass report)."""
     return any(p.get("pass") in gated and not str(p.get("changed", "")).startswith(
         ("nothing", "off")) for p in report)
+
+
+def measure_program(graph: Graph, run: Any, level: str, sample: np.ndarray | None = None,
+                    options: CompileOptions | None = None) -> dict[str, Any]:
+    """The report entry for a low-precision program (``Precision.BFLOAT16`` / ``FLOAT16``):
+    ``run(rows, outputs)`` (the compiled program, returning a dict of arrays) against
+    ``graph`` evaluated by the reference rules on the same rows, per output; same entry format
+    as ``measure``."""
+    options = options or CompileOptions()
+    rows, source = _rows(graph, sample)
+    entry: dict[str, Any] = {"pass": _ENTRY, "nodes": f"{len(graph.nodes)} -> {len(graph.nodes)}"}
+    if rows is None or rows.ndim != 2 or rows.shape[0] == 0:
+        return {**entry, "changed": "not measured: the graph's input width is unknown"}
+    outputs = tuple(graph.outputs)
+    try:
+        with np.errstate(all="ignore"):
+            want, _ = _evaluate(graph, rows, outputs, options)
+        got = run(rows, outputs)
+    except (ValueError, TypeError, IndexError, FloatingPointError, RuntimeError) as exc:
+        return {**entry, "changed": f"not measured: {type(exc).__name__}: {exc}"}
+    errors = {o: _compare(np.asarray(got[o]), np.asarray(want[o])) for o in outputs}
+    what = f"the {level} program against the exact graph"
+    return {**entry, "changed": _line(errors, int(rows.shape[0]), source, what),
+            "rows": int(rows.shape[0]), "rows_from": source, "errors": errors}

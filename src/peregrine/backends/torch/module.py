@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from peregrine.backends.base import Backend, Executable
+from peregrine.backends.torch.lowp import low_dtype, low_nodes, lower_low
 from peregrine.backends.torch.ops import LOWERINGS, Lowered, lower_node
 from peregrine.errors import UnsupportedModelError
 from peregrine.ir import Graph, Op
@@ -74,6 +75,8 @@ class GraphProgram(nn.Module):
     def _out_dtype(self, k: int, value: Tensor, x: Tensor) -> torch.dtype:
         if self.narrow[k] and value.is_floating_point() and x.is_floating_point():
             return x.dtype
+        if value.dtype == torch.bfloat16 or value.dtype == torch.float16:
+            return torch.float64  # a low-precision program's output: the method's usual dtype
         return value.dtype
 
     def forward(self, x: Tensor) -> list[Tensor]:
@@ -203,10 +206,15 @@ class TorchExecutable(Executable):
         self._device = parse_device(device)
         graph = spec.graph
         reachable = needed_nodes(graph, list(graph.outputs.values()))
+        # Precision.BFLOAT16 / FLOAT16: the arithmetic nodes no exact reader sees (lowp.py)
+        low = low_dtype(options.precision)
+        self._low = sorted(low_nodes(graph) & reachable) if low is not None else []
         self._lowered: dict[str, Lowered] = {}
         for node in graph.toposort():  # lowering order is fixed: rebuilds are deterministic
             if node.name in reachable and node.op is not Op.INPUT:
-                self._lowered[node.name] = lower_node(node, options)
+                self._lowered[node.name] = (Lowered(lower_low(node, low))
+                                            if node.name in self._low
+                                            else lower_node(node, options))
         for low in self._lowered.values():
             low.module.eval().to(self._device)
         self._lock = threading.Lock()
@@ -219,8 +227,8 @@ class TorchExecutable(Executable):
 
     # ------------------------------------------------------------------------- programs --
     def _finalize(self, program: GraphProgram, outputs: tuple[str, ...]) -> nn.Module:
-        if self._device.type != "cpu" or not self.options.fused_kernels:
-            return program
+        if self._device.type != "cpu" or not self.options.fused_kernels or self._low:
+            return program  # (the fused row kernel computes in float64)
         try:
             from peregrine.kernels.fused import row_kernel  # needs llvmlite
         except ImportError:  # without the native extra: the op-by-op program
@@ -327,6 +335,14 @@ class TorchExecutable(Executable):
                  if isinstance(p, FusedProgram)}
         if fused:
             info["fused_kernels"] = fused
+        low = low_dtype(self.options.precision)
+        if low is not None:
+            kept = sorted(n.name for n in self.spec.graph.nodes if n.name in self._lowered
+                          and n.name not in self._low)
+            info["precision"] = (
+                f"{self.options.precision.value}: {len(self._low)} arithmetic node(s) compute "
+                f"in {self.options.precision.value} ({', '.join(self._low) or 'none'}); "
+                f"{len(kept)} exact (trees, what a tree or bin index reads, other ops)")
         if len(trees) == 1:  # the common case: one ensemble, its choices at the top level
             info.update({k: v for k, v in trees[0].items() if k != "node"})
         elif trees:

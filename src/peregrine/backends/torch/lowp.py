@@ -1,0 +1,145 @@
+"""Low-precision tensor programs (``Precision.BFLOAT16`` / ``Precision.FLOAT16``, issue #12
+item 4): which IR nodes compute in the low dtype, and their lowerings.
+
+A node computes in the low dtype when its op is arithmetic (``LOW_OPS``: products, scalers,
+the network's layers) and its value reaches the outputs only through continuous ops and the
+final argmax / threshold (``low_nodes``). A value a tree's threshold comparison, a bin index, a
+binarizer or a category lookup reads stays exact, so a tree's splits never move; trees
+themselves are lowered as at ``AUTO`` (leaf sums in float64). The input is cast to the low
+dtype once per op that reads it; links and decisions that read a low value run in its dtype
+(their torch kernels are dtype-generic); ``GraphProgram`` returns every output in the method's
+usual dtype. What moved is measured at compile time (``passes/measure.py``)."""
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from peregrine.ir import Graph, Node, Op
+from peregrine.kernels.torch_nn import activation, activation_args
+from peregrine.options import Precision
+from peregrine.passes.fold_linear import CONTINUOUS_UFUNCS, DECISIONS, SMOOTH
+
+LOW_DTYPES = {Precision.BFLOAT16: torch.bfloat16, Precision.FLOAT16: torch.float16}
+# ops with a low-precision lowering below
+LOW_OPS = frozenset({Op.LINEAR, Op.CENTER_SCALE, Op.AFFINE, Op.DENSE, Op.BATCH_NORM,
+                     Op.ACTIVATION})
+# continuous readers a low value may flow through to an output
+_CONTINUOUS = SMOOTH | {Op.DENSE, Op.BATCH_NORM, Op.ACTIVATION}
+
+
+def low_dtype(precision: Precision) -> torch.dtype | None:
+    return LOW_DTYPES.get(precision)
+
+
+def _only_scores(name: str, readers: dict[str, list[Node]]) -> bool:
+    """Every path from ``name`` to an output goes through continuous ops, ending in outputs
+    or in a final ARGMAX / THRESHOLD nothing else reads (``fold_linear.reaches_only_scores``
+    with the network's layers counted as continuous)."""
+    seen, stack = set(), [name]
+    while stack:
+        for r in readers.get(stack.pop(), ()):
+            if r.name in seen:
+                continue
+            seen.add(r.name)
+            if r.op in DECISIONS:
+                if readers.get(r.name):
+                    return False
+                continue
+            if r.op is Op.UFUNC and r.attrs.name in CONTINUOUS_UFUNCS or r.op in _CONTINUOUS:
+                stack.append(r.name)
+                continue
+            return False  # a tree, bin index, binarizer, lookup...: keep exact
+    return True
+
+
+def low_nodes(graph: Graph) -> set[str]:
+    """The nodes computed in the low dtype."""
+    readers: dict[str, list[Node]] = {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            readers.setdefault(i, []).append(n)
+    return {n.name for n in graph.nodes if n.op in LOW_OPS and _only_scores(n.name, readers)}
+
+
+def _const(value: Any, dtype: torch.dtype, transpose: bool = False) -> Tensor:
+    arr = np.asarray(value, dtype=np.float64)
+    arr = arr.T if transpose else arr
+    # float64 constants rounded once to the low dtype (float16 overflow saturates to inf as a
+    # cast does; the measured error reports it)
+    return torch.from_numpy(np.array(arr, order="C")).to(dtype).contiguous()
+
+
+class LowLinear(nn.Module):
+    def __init__(self, weight: Any, bias: Any, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("weight", _const(weight, dtype, transpose=True))  # (out, in)
+        self.register_buffer("bias", _const(np.reshape(bias, -1), dtype))
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        # F.linear: one GEMM with the bias (bfloat16 runs oneDNN's native kernel on AVX512_BF16)
+        return torch.nn.functional.linear(xs[0].to(self.weight.dtype), self.weight,
+                                          self.bias.expand(self.weight.shape[0]))
+
+
+class LowCenterScale(nn.Module):
+    def __init__(self, center: Any, scale: Any, width: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("center", _const(np.broadcast_to(center, (width,)), dtype))
+        self.register_buffer("scale", _const(np.broadcast_to(scale, (width,)), dtype))
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        return (xs[0].to(self.center.dtype) - self.center) / self.scale
+
+
+class LowAffine(nn.Module):
+    def __init__(self, scale: Any, shift: Any, width: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("scale", _const(np.broadcast_to(scale, (width,)), dtype))
+        self.register_buffer("shift", _const(np.broadcast_to(shift, (width,)), dtype))
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        return torch.addcmul(self.shift, xs[0].to(self.scale.dtype), self.scale)
+
+
+class LowBatchNorm(nn.Module):
+    def __init__(self, a: Any, dtype: torch.dtype) -> None:
+        super().__init__()
+        for key in ("mean", "var", "weight", "bias"):
+            self.register_buffer(key, _const(getattr(a, key), dtype))
+        self.eps = float(a.eps)
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        return torch.nn.functional.batch_norm(xs[0].to(self.mean.dtype), self.mean, self.var,
+                                              self.weight, self.bias, False, 0.0, self.eps)
+
+
+class LowActivation(nn.Module):
+    def __init__(self, a: Any, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.kind = str(a.kind)
+        self.dtype = dtype
+        (self.alpha, self.scale, self.input_scale, self.low, self.high, self.beta,
+         self.threshold, self.approximate) = activation_args(a)
+
+    def forward(self, xs: list[Tensor]) -> Tensor:
+        return activation(xs[0], self.kind, self.dtype, self.alpha, self.scale,
+                          self.input_scale, self.low, self.high, self.beta, self.threshold,
+                          self.approximate)
+
+
+def lower_low(node: Node, dtype: torch.dtype) -> nn.Module:
+    """The low-precision module of a node of ``LOW_OPS``."""
+    a, width = node.attrs, int(node.width)
+    if node.op is Op.LINEAR:
+        return LowLinear(np.asarray(a.weight, np.float64), a.bias, dtype)
+    if node.op is Op.CENTER_SCALE:
+        return LowCenterScale(a.center, a.scale, width, dtype)
+    if node.op is Op.AFFINE:
+        return LowAffine(a.scale, a.shift, width, dtype)
+    if node.op is Op.DENSE:
+        return LowLinear(np.asarray(a.weight, np.float64), a.bias, dtype)
+    if node.op is Op.BATCH_NORM:
+        return LowBatchNorm(a, dtype)
+    return LowActivation(a, dtype)
