@@ -12,6 +12,11 @@ from typing import Any
 import numpy as np
 
 from peregrine.errors import UnsupportedModelError, ValidationError
+from peregrine.export.onnx_inputs import (  # noqa: F401  (validation_rows: also library.py's)
+    categories_metadata,
+    rules_twin,
+    validation_rows,
+)
 from peregrine.ir.ops import Op
 from peregrine.options import Precision
 
@@ -271,46 +276,6 @@ def session(model: Any, threads: int = 1) -> Any:
     return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
 
-def validation_rows(compiled: Any, n: int = 512, seed: int = 0) -> np.ndarray:
-    """Rows to validate on when the caller gives none: per column, values the model's trees
-    split at (each threshold and its float32/float64 neighbours) mixed with normal draws, NaN
-    and +-inf where the source accepts them."""
-    spec = compiled.spec
-    rng = np.random.default_rng(seed)
-    d = spec.n_features
-    X = rng.normal(0.0, 2.0, size=(n, d))
-    pools: list[list[float]] = [[] for _ in range(d)]
-    for f in spec.graph.forests():
-        if f.n_features != d:
-            continue
-        internal = f.feature >= 0
-        for j, t in zip(f.feature[internal], f.threshold[internal]):
-            # scikit-learn splits non-missing from missing values at threshold +inf: no
-            # edge to probe there, and inf is no row for a source that rejects it
-            if np.isfinite(t):
-                pools[j].append(float(t))
-    for j, cats in spec.category_maps.items():  # codes: each category, missing / unseen NaN
-        codes = rng.integers(0, max(len(cats), 1), n).astype(np.float64)
-        X[:, j] = np.where(rng.random(n) < 0.1, np.nan, codes)
-    for j, pool in enumerate(pools):
-        if pool:
-            t = rng.choice(np.asarray(pool), size=n)
-            with np.errstate(over="ignore"):
-                t32 = t.astype(np.float32)
-                cand = np.stack([t, np.nextafter(t, -np.inf), np.nextafter(t, np.inf), t32,
-                                 np.nextafter(t32, np.float32(-np.inf)).astype(np.float64),
-                                 np.nextafter(t32, np.float32(np.inf)).astype(np.float64)], 1)
-            # a threshold past float32's range has no float32 neighbours: probe it instead
-            cand = np.where(np.isfinite(cand), cand, t[:, None])
-            pick = cand[np.arange(n), rng.integers(0, cand.shape[1], n)]
-            X[:, j] = np.where(rng.random(n) < 0.8, pick, X[:, j])
-    if spec.allow_nan:
-        X[rng.random((n, d)) < 0.08] = np.nan
-    if spec.allow_inf:
-        X[rng.random((n, d)) < 0.01] = np.inf
-        X[rng.random((n, d)) < 0.01] = -np.inf
-    return X
-
 
 def _run_batches(sess: Any, X: np.ndarray, fixed: int) -> list[np.ndarray]:
     """Every output for the rows of ``X``; a file exported with a fixed batch (``batch=n``)
@@ -353,7 +318,7 @@ def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = Non
     if model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT:
         with np.errstate(over="ignore"):  # the rows a float32 caller can pass
             X = X.astype(np.float32)
-    reference = _rules_twin(compiled)
+    reference = rules_twin(compiled)
     expected: dict[str, np.ndarray] = {}
     for m in methods:
         expected[m] = _expected(reference, m, X)
@@ -405,20 +370,6 @@ def _accepted_rows(compiled: Any, X: np.ndarray) -> np.ndarray:
                               "a value the model rejects; pass sample= rows to validate on")
     return keep
 
-
-def _rules_twin(compiled: Any) -> Any:
-    """The model to validate against: ``compiled`` itself, or for a network (DENSE, ACTIVATION,
-    BATCH_NORM) compiled with a backend running torch's kernels, the same program on the
-    reference backend: the file reproduces the rules (NumPy's float32 sums), and torch's MKL
-    sums differ in last bits, which a forest after the network turns into other branches on
-    rows at its thresholds (docs/export.md, "Networks and the compiled model's backend")."""
-    if compiled.backend == "reference" or not any(
-            n.op in (Op.DENSE, Op.ACTIVATION, Op.BATCH_NORM)
-            for n in compiled.spec.graph.toposort()):
-        return compiled
-    from peregrine.runtime.compiled import build
-
-    return build(compiled.spec, "reference", compiled.options, "cpu")
 
 
 def _expected(compiled: Any, method: str, X: np.ndarray) -> np.ndarray:
@@ -476,20 +427,6 @@ def export_onnx(compiled: Any, path: str | os.PathLike, *, opset: int | None = N
                         opset=model.opset_import[0].version, rows=n_rows,
                         deviations=deviations, precision=level)
 
-
-def categories_metadata(spec: Any) -> dict[str, str]:
-    """``peregrine.category_codes.<column>``: a JSON list of the column's categories in code
-    order (code = position), for each string / pandas category column, whose codes the
-    file's X holds (NaN for a missing or unseen value)."""
-    import json
-
-    out = {}
-    for c, cats in sorted(spec.category_maps.items()):
-        name = spec.feature_names[c] if spec.feature_names else str(c)
-        out[f"peregrine.category_codes.{name}"] = json.dumps(
-            [None if (isinstance(v, float) and np.isnan(v)) else
-             (v.item() if isinstance(v, np.generic) else v) for v in cats], default=str)
-    return out
 
 
 def _record(model: Any, level: str, rows: int, deviations: dict[str, dict[str, float]],
