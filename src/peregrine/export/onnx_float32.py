@@ -35,10 +35,14 @@ _EXACT_READERS = frozenset({Op.TREE_ENSEMBLE})
 def parse_precision(precision: Any) -> Precision:
     """Precision.FLOAT32 for the float32 level; AUTO and FLOAT64 are the exact export."""
     try:
-        return precision if isinstance(precision, Precision) else Precision(str(precision))
+        level = precision if isinstance(precision, Precision) else Precision(str(precision))
     except ValueError:
+        level = None
+    # Precision has compile-only levels too (FAST, FLOAT16, BFLOAT16): the export has these
+    if level not in (Precision.AUTO, Precision.FLOAT64, Precision.FLOAT32):
         raise ValueError(f"precision={precision!r}: use 'auto' (exact, the default), "
-                         "'float64' (the same) or 'float32'") from None
+                         "'float64' (the same) or 'float32'")
+    return level
 
 
 def float32_nodes(steps: list[Any]) -> set[str]:
