@@ -7,6 +7,8 @@ Where the target has no AVX-512 VBMI (PEREGRINE_CPU_LEVEL=x86-64-v3/v2) it is ne
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -17,6 +19,7 @@ from peregrine.backends.native import Schedule, tune  # noqa: E402
 from peregrine.backends.native.layout import choose_layout  # noqa: E402
 from peregrine.backends.native.schedule import Lanes, Layout  # noqa: E402
 from peregrine.kernels import jit  # noqa: E402
+from peregrine.options import CompileOptions  # noqa: E402
 from tests.test_native_backend import (  # noqa: E402
     CASES,
     check,
@@ -144,6 +147,22 @@ def test_chosen_for_few_rows_only_where_it_can_hold_the_forest():
     else:  # this target (or the forced CPU level) never gets it
         few = tune.heuristic(forest, HOST).few_rows
         assert few is None or few.layout is not Layout.BINNED
+
+
+def test_tuner_measures_both_layouts_for_a_few_rows(tmp_path, monkeypatch):
+    """A batch size within the few-rows range: the tuner times perfect and (where it applies)
+    binned tree lanes, names them in its reasons, and whichever wins gives the same bits."""
+    monkeypatch.setenv("PEREGRINE_CACHE_DIR", str(tmp_path))
+    forest = random_forest(n_trees=40, seed=2)
+    choice = tune.choose_schedule(forest, CompileOptions(batch_size=1), HOST, 1)
+    assert "measured" in choice.why and re.search(r"perfect \d+x\d+ trees", choice.why)
+    assert bool(re.search(r"binned \d+x16 trees", choice.why)) == HAS_VBMI
+    spec, X = model_spec(forest), edge_rows(forest, n=48)
+    tuned, perfect = compiled(spec, batch_size=1), compiled(spec, PERFECT_LANES)
+    for dtype in (np.float64, np.float32):
+        for n in ROW_COUNTS:
+            Xd = X[:n].astype(dtype)
+            same_bits(tuned.predict(Xd), perfect.predict(Xd))
 
 
 xgb = pytest.importorskip("xgboost")
