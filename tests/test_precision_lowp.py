@@ -146,6 +146,8 @@ def test_network_and_pca_chain_compute_low():
     for model, rows in ((mlp, Xs), (chain, X)):
         c = peregrine.compile(model, "torch", options=CompileOptions(precision="float16"))
         assert "compute in float16 (none)" not in c.explain()
+        # the scaler reaches the products only through one LINEAR: folded into its weights
+        assert ("folded into the product" in c.explain()) == (model is chain)
         np.testing.assert_allclose(c.predict_proba(rows), model.predict_proba(rows),
                                    atol=8 * EPS["float16"] * 4)
         assert (c.predict(rows) != model.predict(rows)).mean() < 0.01

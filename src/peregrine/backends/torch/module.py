@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from peregrine.backends.base import Backend, Executable
-from peregrine.backends.torch.lowp import low_dtype, low_nodes, lower_low
+from peregrine.backends.torch.lowp import low_dtype, lower_low, plan
 from peregrine.backends.torch.ops import LOWERINGS, Lowered, lower_node
 from peregrine.errors import UnsupportedModelError
 from peregrine.ir import Graph, Op
@@ -208,11 +208,12 @@ class TorchExecutable(Executable):
         reachable = needed_nodes(graph, list(graph.outputs.values()))
         # Precision.BFLOAT16 / FLOAT16: the arithmetic nodes no exact reader sees (lowp.py)
         low = low_dtype(options.precision)
-        self._low = sorted(low_nodes(graph) & reachable) if low is not None else []
+        low_set, self._folds = plan(graph, low) if low is not None else (set(), {})
+        self._low = sorted(low_set & reachable)
         self._lowered: dict[str, Lowered] = {}
         for node in graph.toposort():  # lowering order is fixed: rebuilds are deterministic
             if node.name in reachable and node.op is not Op.INPUT:
-                self._lowered[node.name] = (Lowered(lower_low(node, low))
+                self._lowered[node.name] = (Lowered(lower_low(node, low, graph, self._folds))
                                             if node.name in self._low
                                             else lower_node(node, options))
         for low in self._lowered.values():
@@ -271,7 +272,7 @@ class TorchExecutable(Executable):
         readers = [n for n in graph.nodes if n.name in needed
                    and any(graph.node(i).op is Op.INPUT for i in n.inputs)]
         cast_input = bool(readers) and all(
-            n.op in CASTING_OPS and getattr(n.attrs, "float32", False) in ("never", False)
+            n.op in CASTING_OPS and n.name not in self._low and getattr(n.attrs, "float32", False) in ("never", False)
             for n in readers)
         return GraphProgram(steps, srcs, [index[w] for w in wanted], narrow,
                             block_rows(graph, needed, self._device), cast_input)
@@ -342,6 +343,9 @@ class TorchExecutable(Executable):
             info["precision"] = (
                 f"{self.options.precision.value}: {len(self._low)} arithmetic node(s) compute "
                 f"in {self.options.precision.value} ({', '.join(self._low) or 'none'}); "
+                + (f"scaler(s) folded into the product reading them: "
+                   f"{', '.join(f'{v} into {k}' for k, v in sorted(self._folds.items()))}; "
+                   if self._folds else "") +
                 f"{len(kept)} exact (trees, what a tree or bin index reads, other ops)")
         if len(trees) == 1:  # the common case: one ensemble, its choices at the top level
             info.update({k: v for k, v in trees[0].items() if k != "node"})
