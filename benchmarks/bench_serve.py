@@ -26,7 +26,8 @@ the two cores it shares with the server); part 3 uses an httpx client (bodies of
 costs little next to the server). Every figure is also given as a fraction of the ceiling.
 
 Beside this file: ``bench_serve_load.py`` (the ceiling apps, wrk, process and /proc helpers),
-``bench_serve_bulk.py`` (part 3) and ``bench_serve_dask.py`` (part 5).
+``bench_serve_bulk.py`` (part 3) and ``bench_serve_dask.py`` (part 5); ``bench_serve_inproc.py``
+measures the app alone (no sockets), the steadier figure for iterating on its cost per request.
 """
 
 from __future__ import annotations
