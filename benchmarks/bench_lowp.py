@@ -90,11 +90,16 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--repeat", type=int, default=5)
+    # one thread by default: on a shared 2-core machine two OpenMP threads wait on each
+    # other's barriers behind other people's jobs (a 4096-row bfloat16 product took 16x
+    # longer with 2 threads than with 1 at load 6), which measures the load, not the program
+    ap.add_argument("--threads", type=int, default=1, help="CompileOptions.n_threads")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float64"),
                     help="the rows' dtype handed to the compiled model")
     args = ap.parse_args()
     print(f"{platform.processor() or platform.machine()}, device {args.device}, "
-          f"{args.rows} rows, {args.dtype} input, median of {args.repeat}")
+          f"{args.rows} rows, {args.dtype} input, {args.threads} thread(s), "
+          f"median of {args.repeat}")
     gpu = args.device.startswith("cuda")
     print("| case | method | level | wall s | CPU s | vs AUTO (wall, CPU) | "
           + ("program s | vs AUTO | " if gpu else "")
@@ -107,7 +112,8 @@ def main() -> None:
         base, base_prog = None, None
         for level in LEVELS:
             c = peregrine.compile(model, "torch", device=args.device,
-                                  options=CompileOptions(precision=level))
+                                  options=CompileOptions(precision=level,
+                                                         n_threads=args.threads))
             fn = getattr(c, method)
             wall, cpu = _time(fn, X, args.repeat)
             base = base or (wall, cpu)
