@@ -24,6 +24,24 @@ def _check(ctx: Context, flow: Flow, node: str, what: str, columns: Any = None) 
     ctx.add_check(node, [(what, -1 if flow.src[c] is None else int(flow.src[c])) for c in cols])
 
 
+def string_missing_code(est: Any, ctx: Context, flow: Flow) -> float:
+    """The code of ``est.missing_values`` (np.nan or None) in string columns: NaN is code 0,
+    None code 1 (steps.Vocab). scikit-learn tells them apart in object columns: with np.nan a
+    None is a value like any other; with None a NaN is refused ("Input contains NaN"), which a
+    check node reproduces (InputError)."""
+    for i, s in enumerate(flow.src):
+        ctx.vocab(s, est, i)
+    if is_scalar_nan(est.missing_values):
+        return 0.0
+    node = ctx.g.add(Op.ONE_HOT, (flow.node,), width=flow.width, columns=np.arange(flow.width),
+                     categories=tuple(np.asarray([0.0]) for _ in range(flow.width)),
+                     slots=tuple(np.asarray([i]) for i in range(flow.width)),
+                     unknown_slots=np.full(flow.width, -1))
+    _check(ctx, flow, node, f"{type(est).__name__}(missing_values=None) got NaN in a string "
+           "column; scikit-learn refuses it (Input contains NaN)")
+    return 1.0
+
+
 # -------------------------------------------------------------- MissingIndicator --
 
 
@@ -35,9 +53,7 @@ def _missing_value(est: Any, ctx: Context, flow: Flow) -> tuple[float, bool]:
         if not (missing is None or is_scalar_nan(missing)):
             raise unsupported(est, f"missing_values={missing!r} on string columns",
                               "np.nan or None")
-        for i, s in enumerate(flow.src):
-            ctx.vocab(s, est, i)
-        return 0.0, True  # code 0 is the missing string (steps.Vocab)
+        return string_missing_code(est, ctx, flow), True
     if isinstance(missing, str) or missing is None:
         raise unsupported(est, f"missing_values={missing!r} on numeric columns")
     return float(missing), False

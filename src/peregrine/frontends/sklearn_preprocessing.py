@@ -46,7 +46,7 @@ from sklearn.preprocessing import (
 from sklearn.utils._missing import is_scalar_nan
 
 from peregrine.frontends.base import declare_params, register_frontend, require_fitted, unsupported
-from peregrine.frontends.sklearn_missing import add_indicator
+from peregrine.frontends.sklearn_missing import add_indicator, string_missing_code
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, check_no_strings, register_step, select
 from peregrine.ir import Op
@@ -215,8 +215,9 @@ def _simple_impute(est: Any, ctx: Context, flow: Flow) -> Flow:
             raise unsupported(est, f"missing_values={missing!r} on string columns",
                               "np.nan or None")
         values = [ctx.vocab(s, est, j).code(v) for j, (s, v) in enumerate(zip(flow.src, stats))]
+        code = string_missing_code(est, ctx, flow)
         node = ctx.g.add(Op.IMPUTE, (flow.node,), width=flow.width, values=np.asarray(values),
-                         missing=0.0)  # code 0 is the missing string value (steps.Vocab)
+                         missing=code)
         return replace(flow, node=node)  # still codes of the same input columns
     stats = stats.astype(np.float64)
     # transform casts statistics_ to the dtype X had at fit (the private ``_fill_dtype``, no

@@ -34,14 +34,15 @@ from peregrine.registry import TypeRegistry
 
 
 class Vocab:
-    """Codes of one string input column: position in ``values``; 0 is the missing value.
-    Append-only, so a code handed out while building never changes."""
+    """Codes of one string input column: position in ``values``; 0 is NaN, 1 None (scikit-learn
+    tells them apart in object columns: runtime/categories.py). Append-only, so a code handed
+    out while building never changes."""
 
     def __init__(self) -> None:
-        self.values: list[Any] = [np.nan]
+        self.values: list[Any] = [np.nan, None]
 
     def code(self, value: Any) -> float:
-        if value is None or (isinstance(value, float) and np.isnan(value)):
+        if isinstance(value, (float, np.floating)) and np.isnan(value):
             return 0.0
         if value not in self.values[1:]:
             self.values.append(value)

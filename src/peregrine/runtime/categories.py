@@ -2,9 +2,15 @@
 codes the graph works on, with one vectorised lookup per column, never a Python loop per row.
 
 A code is the position of the value among the categories recorded at fit time
-(``ModelSpec.category_maps``); a missing value (None, NaN, pd.NA) gets the position of the NaN
-category when there is one (code 0 of a pipeline's string vocabulary), and a value unseen at fit
-time becomes NaN (or an InputError when an encoder with handle_unknown='error' reads it).
+(``ModelSpec.category_maps``), and a value unseen at fit time becomes NaN (or an InputError when
+an encoder with handle_unknown='error' reads it). Missing values: a scikit-learn pipeline's
+string vocabulary holds both NaN (code 0) and None (code 1), and they are told apart as
+scikit-learn's encoders and imputers tell them apart in object columns: a float NaN (and a
+missing value of a pandas ``str`` or categorical column, which scikit-learn reads as NaN) gets
+the NaN category, None the None category, and pd.NA (an object column's, or a nullable
+``string`` column's) is a value like any other, unseen. Any other map (older artifacts, other
+libraries' category maps) gives every missing value the position of its first NaN/None
+category, or NaN when it has none.
 
 Lookups, fastest first: Arrow string data (pandas' ``str`` dtype, or an object column that
 converts to Arrow strings) goes through ``pyarrow.compute.index_in`` (a hash lookup in C++,
@@ -29,9 +35,50 @@ def _missing_position(categories: tuple) -> int:
     return -1
 
 
+def _null_positions(categories: tuple) -> tuple[int, int] | None:
+    """(NaN position, None position) of a map holding both (a scikit-learn pipeline's string
+    vocabulary, steps.Vocab), else None (every missing value is alike)."""
+    nan_pos = none_pos = -1
+    for i, c in enumerate(categories):
+        if c is None and none_pos < 0:
+            none_pos = i
+        elif isinstance(c, float) and c != c and nan_pos < 0:
+            nan_pos = i
+    return (nan_pos, none_pos) if nan_pos >= 0 and none_pos >= 0 else None
+
+
+def _index_of(categories: tuple, values: np.ndarray) -> np.ndarray:
+    """Positions of ``values`` among the categories that are not missing values (-1 where
+    none): pandas finds NaN and None alike, and an index holding both is not unique."""
+    import pandas as pd
+
+    keep = [i for i, c in enumerate(categories) if not (c is None or _is_nan(c))]
+    found = pd.Index([categories[i] for i in keep], dtype=object).get_indexer(values)
+    return np.append(np.asarray(keep, dtype=np.int64), -1)[found]
+
+
+def _is_nan(v: Any) -> bool:
+    # scikit-learn's is_scalar_nan: a real-number NaN (np.float32 too), not pd.NA or NaT
+    return isinstance(v, (float, np.floating)) and v != v
+
+
 def _finish(pos: np.ndarray, missing: np.ndarray, categories: tuple, values: Any, name: Any,
-            unknown_error: bool) -> np.ndarray:
-    """pos: int positions (-1 unseen or missing); missing: bool mask of missing inputs."""
+            unknown_error: bool, nulls: Any = None) -> np.ndarray:
+    """pos: int positions (-1 unseen or missing); missing: bool mask of missing inputs;
+    ``nulls``: the values of the missing rows (None: read them from ``values``), needed only
+    where the map tells None from NaN."""
+    split = _null_positions(categories)
+    if split is not None and missing.any():
+        rows = np.flatnonzero(missing)
+        got = [values[r] for r in rows] if nulls is None else nulls
+        pos, missing = pos.copy(), missing.copy()
+        for r, v in zip(rows, got):
+            if v is None:
+                pos[r] = split[1]
+            elif _is_nan(v):
+                pos[r] = split[0]
+            else:  # pd.NA: scikit-learn's encoders find it among no categories
+                pos[r], missing[r] = -1, False
     if unknown_error:
         # missing values are not an error here: an imputer may come first, the graph's own
         # check decides (see docs/pipelines.md, handle_unknown="error")
@@ -44,7 +91,8 @@ def _finish(pos: np.ndarray, missing: np.ndarray, categories: tuple, values: Any
                 "time; the model's encoder has handle_unknown='error'"
             )
     codes = pos.astype(np.float64)
-    codes[missing] = _missing_position(categories)
+    if split is None:
+        codes[missing] = _missing_position(categories)
     codes[codes < 0] = np.nan
     return codes
 
@@ -65,7 +113,10 @@ def _arrow_lookup(arr: Any, categories: tuple, values: Any, name: Any,
         found = pc.fill_null(pc.index_in(arr, value_set=value_set), -1)
         hit = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
     missing = np.asarray(pc.is_null(arr).to_numpy(zero_copy_only=False), dtype=bool)
-    return _finish(where[hit], missing, categories, values, name, unknown_error)
+    nulls = None
+    if _null_positions(categories) is not None and missing.any():
+        nulls = values.take(np.flatnonzero(missing))  # Arrow made None and NaN alike
+    return _finish(where[hit], missing, categories, values, name, unknown_error, nulls)
 
 
 def _as_arrow_strings(values: Any) -> Any:
@@ -104,13 +155,15 @@ def category_codes(col: Any, categories: tuple | None, name: Any,
             codes[raw < 0] = np.nan
             return codes
         # map the column's few categories once, then gather by its codes
-        mapping = pd.Index(list(categories)).get_indexer(col.cat.categories.to_numpy(object))
+        mapping = _index_of(categories, col.cat.categories.to_numpy(object))
         pos = np.append(mapping, -1)[raw]  # raw -1 (missing) -> -1
         values = col.cat.categories.to_numpy(object)[np.maximum(raw, 0)] if unknown_error \
             else None
         if values is not None:
             values = np.where(raw < 0, None, values)
-        return _finish(pos, raw < 0, categories, values, name, unknown_error)
+        missing = raw < 0  # scikit-learn reads a categorical's missing values as NaN
+        return _finish(pos, missing, categories, values, name, unknown_error,
+                       nulls=[np.nan] * int(missing.sum()))
     categories = tuple(categories or ())
     arr = _as_arrow_strings(col)
     if arr is not None:
@@ -118,10 +171,12 @@ def category_codes(col: Any, categories: tuple | None, name: Any,
     values = np.asarray(col.to_numpy(dtype=object) if hasattr(col, "to_numpy") else col,
                         dtype=object)
     # get_indexer: -1 for unseen values, without pandas' deprecation of unseen values in
-    # pd.Categorical(values, categories=...); NaN-likes match the NaN category
-    pos = pd.Index(list(categories)).get_indexer(values)
-    return _finish(pos, np.asarray(pd.isna(values), dtype=bool) & (pos < 0), categories,
-                   values, name, unknown_error)
+    # pd.Categorical(values, categories=...); it matches every NA-like to the first one, so
+    # missing values are placed by _finish
+    pos = _index_of(categories, values)
+    missing = np.asarray(pd.isna(values), dtype=bool)
+    pos[missing] = -1
+    return _finish(pos, missing, categories, values, name, unknown_error)
 
 
 # categories tuple id -> (the tuple, {string category: position}); the tuple is kept so an id
@@ -152,11 +207,11 @@ def few_codes(values: np.ndarray, categories: tuple, name: Any, unknown_error: b
     for r, v in enumerate(values):
         if isinstance(v, str):
             pos[r] = positions.get(v, -1)
-        elif v is None or v is pd.NA or (isinstance(v, float) and v != v):
-            pos[r], missing[r] = -1, True
+        elif v is None or v is pd.NA or _is_nan(v):
+            pos[r], missing[r] = -1, True  # placed by _finish (None vs NaN vs pd.NA)
         else:
             return None
-    if unknown_error and ((pos < 0) & ~missing).any():
+    if unknown_error and (pos < 0).any():  # (pd.NA may be unseen: _finish decides)
         return _finish(pos, missing, categories, values, name(), unknown_error)
     return _finish(pos, missing, categories, values, None, False)
 
@@ -170,3 +225,15 @@ class _ValuesAt:
     def __getitem__(self, r: int) -> Any:
         col = self.col
         return col.iloc[r] if hasattr(col, "iloc") else col[r]
+
+    def take(self, rows: np.ndarray) -> list:
+        """The values at ``rows`` (missing ones), in one conversion rather than one lookup
+        each: a pandas string column has one missing value (its dtype's na_value: NaN for
+        ``str``, pd.NA for ``string``)."""
+        import pandas as pd
+
+        col = self.col
+        if isinstance(getattr(col, "dtype", None), pd.StringDtype):
+            return [col.dtype.na_value] * len(rows)
+        values = col.to_numpy(dtype=object) if hasattr(col, "to_numpy") else col
+        return list(np.asarray(values, dtype=object)[rows])

@@ -337,11 +337,20 @@ def _from_object_array(X: np.ndarray, spec: ModelSpec) -> np.ndarray:
         out[:, j] = hash_column(X[:, j], rule, j)
     for j, cats in spec.category_maps.items():
         col = X[:, j]
-        if col.dtype.kind == "O" and _all_numbers(col):  # numbers: codes as before
+        # numbers: codes as before (not in a pipeline's string vocabulary, where a float NaN
+        # is the NaN category and any other number a value unseen at fit time)
+        if col.dtype.kind == "O" and not _vocabulary(cats) and _all_numbers(col):
             out[:, j] = col.astype(np.float64)
             continue
         out[:, j] = category_codes(col, cats, j, j in spec.category_unknown_error)
     return out
+
+
+def _vocabulary(cats: tuple) -> bool:
+    """A scikit-learn pipeline's string vocabulary (steps.Vocab: NaN, then None, then the
+    strings)."""
+    return len(cats) >= 2 and cats[1] is None and isinstance(cats[0], float) and \
+        cats[0] != cats[0]
 
 
 def _all_numbers(col: np.ndarray) -> bool:
