@@ -208,9 +208,20 @@ def _as_category(col: Any, categories: tuple[Any, ...]) -> Any:
     round trip of an integer- or string-coded category column lands on the fit-time codes."""
     import pandas as pd
 
-    by_text = {str(c): c for c in categories}
+    # a null category (a scikit-learn pipeline's string vocabulary holds NaN and None) is not
+    # text: a cell matching its printed form ('nan', 'None') stays that string
+    by_text = {str(c): c for c in categories if not _is_null(c)}
     values = [v if pd.isna(v) else by_text.get(str(v), v) for v in col.to_numpy(dtype=object)]
+    if any(_is_null(c) for c in categories):
+        # a pandas Categorical refuses null categories; the runtime looks an object column up
+        # against the map itself, and an empty cell (NaN, as scikit-learn reads the file)
+        # finds the NaN category, an unseen string none
+        return pd.Series(values, index=col.index, dtype=object)
     return pd.Series(pd.Categorical(values, categories=list(categories)), index=col.index)
+
+
+def _is_null(c: Any) -> bool:
+    return c is None or (isinstance(c, (float, np.floating)) and c != c)
 
 
 def _clip(items: list[str], n: int = 8) -> str:
