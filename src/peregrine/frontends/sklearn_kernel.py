@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from scipy.sparse import issparse
 from sklearn.decomposition import KernelPCA
 from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
 from sklearn.svm import SVC, SVR, NuSVC, NuSVR, OneClassSVM
@@ -206,6 +207,12 @@ def _neighbours(est: Any, ctx: Context, flow: Flow) -> tuple[str, dict]:
     if callable(est.weights) or est.weights not in ("uniform", "distance"):
         what = "callable weights" if callable(est.weights) else f"weights={est.weights!r}"
         raise unsupported(est, what, "uniform, distance")
+    if issparse(est._fit_X):
+        # sklearn's sparse distances (sparse dot products) round differently from a dense
+        # program's, so the k nearest could differ on near ties: refused, not densified
+        raise unsupported(est, "a fit on sparse input (scipy.sparse _fit_X: sklearn's sparse "
+                          "distance kernels round differently from a dense program, so "
+                          "near-tied neighbours could differ)", "a fit on a dense array")
     fit_x = _f64(est._fit_X)
     if fit_x.ndim != 2 or fit_x.shape[1] != flow.width:
         raise unsupported(est, "a precomputed or sparse fit", "dense X")
