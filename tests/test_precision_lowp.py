@@ -12,6 +12,7 @@ from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.neural_network import MLPClassifier
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
+from sklearn.svm import SVR
 
 import peregrine
 from peregrine import CompileOptions
@@ -163,3 +164,20 @@ def test_cuda_low_precision(scaled_logreg, level):
     forest = RandomForestClassifier(10, max_depth=6, random_state=0).fit(X, model.predict(X))
     cf = peregrine.compile(forest, "torch", device="cuda", options=CompileOptions(precision=level))
     np.testing.assert_array_equal(cf.predict(X), forest.predict(X))
+
+
+def test_kernel_products_low_rbf_exact_and_the_report_matches_the_program():
+    X = np.random.default_rng(0).normal(size=(400, 12))
+    y = X[:, 0] + X[:, 1] ** 2
+    opts = CompileOptions(precision="float16")
+    poly = SVR(kernel="poly", degree=2).fit(X, y)
+    c = peregrine.compile(poly, "torchscript", options=opts, sample_input=X)
+    assert "kernel_" in c.explain().split("precision: ")[1].split(";")[0]
+    e = _entry(c)["errors"]["predict"]
+    # the report is the program's deviation from the exact graph on those very rows
+    exact = peregrine.compile(poly, "reference").predict(X)
+    assert e["max_abs"] == pytest.approx(np.abs(c.predict(X) - exact).max(), rel=1e-12)
+    assert e["max_abs"] < 2.0 ** -6 * np.abs(y).max()
+    # |x|^2 - 2 x.v + |v|^2 cancels for near points: an RBF kernel stays float64
+    rbf = peregrine.compile(SVR().fit(X, y), "torch", options=opts)
+    assert "kernel_" not in rbf.explain().split("precision: ")[1].split(";")[0]

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from peregrine.backends.torch.ops_kernel import Kernel
 from peregrine.ir import Graph, Node, Op
 from peregrine.kernels.torch_nn import activation, activation_args
 from peregrine.options import Precision
@@ -24,9 +25,11 @@ from peregrine.passes.fold_linear import CONTINUOUS_UFUNCS, DECISIONS, SMOOTH
 LOW_DTYPES = {Precision.BFLOAT16: torch.bfloat16, Precision.FLOAT16: torch.float16}
 # ops with a low-precision lowering below
 LOW_OPS = frozenset({Op.LINEAR, Op.CENTER_SCALE, Op.AFFINE, Op.DENSE, Op.BATCH_NORM,
-                     Op.ACTIVATION})
+                     Op.ACTIVATION, Op.KERNEL})
 # continuous readers a low value may flow through to an output
-_CONTINUOUS = SMOOTH | {Op.DENSE, Op.BATCH_NORM, Op.ACTIVATION}
+_CONTINUOUS = SMOOTH | {Op.DENSE, Op.BATCH_NORM, Op.ACTIVATION, Op.KERNEL}
+# an RBF kernel expands |x - v|^2 as |x|^2 - 2 x.v + |v|^2: in a low dtype the product's
+# rounding (2**-8 of |x| |v|) swamps the distance of near points, so it stays float64
 
 
 def low_dtype(precision: Precision) -> torch.dtype | None:
@@ -60,7 +63,8 @@ def low_nodes(graph: Graph) -> set[str]:
     for n in graph.nodes:
         for i in n.inputs:
             readers.setdefault(i, []).append(n)
-    return {n.name for n in graph.nodes if n.op in LOW_OPS and _only_scores(n.name, readers)}
+    return {n.name for n in graph.nodes if n.op in LOW_OPS and _only_scores(n.name, readers)
+            and not (n.op is Op.KERNEL and str(n.attrs.kind) == "rbf")}
 
 
 def scaler_folds(graph: Graph, low: set[str]) -> dict[str, str]:
@@ -209,4 +213,6 @@ def lower_low(node: Node, dtype: torch.dtype, graph: Graph,
         return LowLinear(np.asarray(a.weight, np.float64), a.bias, dtype)
     if node.op is Op.BATCH_NORM:
         return LowBatchNorm(a, dtype)
+    if node.op is Op.KERNEL:
+        return Kernel(node, dtype)
     return LowActivation(a, dtype)

@@ -54,9 +54,14 @@ class OvrDecision(nn.Module):
 
 
 class Kernel(nn.Module):
-    def __init__(self, node: Node) -> None:
+    """``low`` (Precision.BFLOAT16 / FLOAT16, backends/torch/lowp.py): the row-by-vector
+    products run in that dtype (one low GEMM), the rest of the kernel in float64."""
+
+    def __init__(self, node: Node, low: torch.dtype | None = None) -> None:
         super().__init__()
         a = node.attrs
+        self.low = low is not None
+        self.register_buffer("low_like", torch.zeros(0, dtype=low or torch.float64))
         self.kind = str(a.kind)
         self.libsvm = a.form == "libsvm"
         self.gamma = float(a.gamma)
@@ -78,6 +83,12 @@ class Kernel(nn.Module):
             t = t // 2
         return ret
 
+    def _mm(self, a: Tensor, b: Tensor) -> Tensor:
+        if self.low:
+            dt = self.low_like.dtype
+            return (a.to(dt) @ b.to(dt).T).to(torch.float64)
+        return a @ b.T
+
     def forward(self, xs: list[Tensor]) -> Tensor:
         x = xs[0].to(torch.float64)
         v = self.vectors
@@ -92,9 +103,9 @@ class Kernel(nn.Module):
             d += self.vv.unsqueeze(0)
             k = torch.exp(torch.clamp(d, min=0.0) * -self.gamma)
         elif self.kind == "cosine":
-            k = _l2_rows(x) @ _l2_rows(v).T
+            k = self._mm(_l2_rows(x), _l2_rows(v))
         else:
-            k = x @ v.T
+            k = self._mm(x, v)
             if self.kind == "poly":
                 k = self.gamma * k + self.coef0
                 k = self._powi(k) if self.libsvm else torch.pow(k, self.degree)
