@@ -21,7 +21,7 @@ from peregrine.backends.native.representations import (
     RANK_BITS,
     RANK_MASK,
 )
-from peregrine.kernels.irutil import I8, I32, gep
+from peregrine.kernels.irutil import I8, I32, MAX_TABLE_REGS, gep
 
 I16 = ir.IntType(16)
 
@@ -32,9 +32,51 @@ VPERMW = "llvm.x86.avx512.permvar.hi.512"
 TILE_SLACK = 2 * BYTES  # the last register pair of a walk group may read past its features
 
 
+SEARCH_LEVELS = BIN_SLOTS.bit_length() - 1  # halving steps of the binary search
+
+
+def search_position(level: int, j: int) -> int:
+    """Sorted position of the binary search's ``j``-th candidate at ``level``: the probe
+    ``pos + step - 1`` when the first ``level`` steps moved ``pos`` to ``j * 2 * step``."""
+    return (2 * j + 1) * (BIN_SLOTS >> (level + 1)) - 1
+
+
 class BinnedWalks:
-    def bin_feature(self, x: ir.Value, f32: ir.Value, nan_bin: ir.Value | None = None
-                    ) -> ir.Value:
+    def search_tables(self, f32: ir.Value) -> list | None:
+        """The candidates of the binary search's first levels for scalar feature ``f32``, in
+        registers: gathered once per row block and feature, then looked up by lane permutes in
+        ``bin_feature`` for every walk group of the block, where each level would otherwise be
+        one gather per group (a row block of 96 rows x 28 features: 8 gathers per feature
+        instead of 48). Levels 0-3 share one register (15 candidates, in level order); each
+        further level up to MAX_TABLE_REGS registers has its own. None where this target has
+        no lane permute for the compare dtype. Returns [(first index, registers)] per level."""
+        b, v = self.b, self.v
+        if v.w < 8 or not self.permute_ok(self.ct):
+            return None
+        base = v.splat(b.mul(f32, ir.Constant(I32, BIN_SLOTS)))
+        groups: list[list[int]] = []  # sorted positions per table
+        where: list[tuple[int, int]] = []  # per level: (table, first index in it)
+        for level in range(SEARCH_LEVELS):
+            n = 1 << level
+            if n > MAX_TABLE_REGS * v.w:
+                break
+            cands = [search_position(level, j) for j in range(n)]
+            if groups and len(groups[-1]) + n <= v.w and len(groups) == 1 and level < 4:
+                where.append((0, len(groups[0])))
+                groups[0].extend(cands)
+            else:
+                where.append((len(groups), 0))
+                groups.append(cands)
+        tables = []
+        for cands in groups:
+            regs = max(1, -(-len(cands) // v.w))
+            padded = cands + [0] * (regs * v.w - len(cands))  # lanes never looked up
+            tables.append([v.gather(self.d["bins"], self.ct, b.add(base, ir.Constant(
+                v.ty(I32), padded[i * v.w:(i + 1) * v.w]))) for i in range(regs)])
+        return [(first, tables[t]) for t, first in where]
+
+    def bin_feature(self, x: ir.Value, f32: ir.Value, nan_bin: ir.Value | None = None,
+                    tables: list | None = None) -> ir.Value:
         """bin(x) = rank_base + #{thresholds < x} per lane for feature ``f32`` (a scalar, or one
         per lane): 8
         halving steps over BIN_SLOTS sorted thresholds padded with +inf, so the search needs no
@@ -45,22 +87,39 @@ class BinnedWalks:
             base = b.mul(f32, v.const(I32, BIN_SLOTS))
         else:
             base = v.splat(b.mul(f32, ir.Constant(I32, BIN_SLOTS)))
-        pos = v.const(I32, 0)
-        step = BIN_SLOTS // 2
-        while step:
-            probe = b.add(pos, v.const(I32, step - 1))
-            t = v.gather(self.d["bins"], self.ct, b.add(base, probe))
-            pos = b.select(b.fcmp_ordered("<", t, x), b.add(pos, v.const(I32, step)), pos)
-            step //= 2
+        if tables is not None:  # the search as candidates j per level (search_position)
+            j = v.const(I32, 0)
+            for level in range(SEARCH_LEVELS):
+                if level < len(tables):
+                    first, regs = tables[level]
+                    t = v.permute(regs, b.add(j, v.const(I32, first)) if first else j,
+                                  self.spec.isa)
+                else:
+                    probe = b.sub(b.mul(b.add(b.shl(j, v.const(I32, 1)), v.const(I32, 1)),
+                                        v.const(I32, BIN_SLOTS >> (level + 1))),
+                                  v.const(I32, 1))
+                    t = v.gather(self.d["bins"], self.ct, b.add(base, probe))
+                right = b.zext(b.fcmp_ordered("<", t, x), v.ty(I32))
+                j = b.or_(b.shl(j, v.const(I32, 1)), right)
+            pos = j  # after every level, j is the count of thresholds below x
+        else:
+            pos = v.const(I32, 0)
+            step = BIN_SLOTS // 2
+            while step:
+                probe = b.add(pos, v.const(I32, step - 1))
+                t = v.gather(self.d["bins"], self.ct, b.add(base, probe))
+                pos = b.select(b.fcmp_ordered("<", t, x), b.add(pos, v.const(I32, step)), pos)
+                step //= 2
         if self.spec.rank_base:
             pos = b.add(pos, v.const(I32, self.spec.rank_base))
         nan = v.const(I32, NAN_BIN) if nan_bin is None else nan_bin
         return b.select(b.fcmp_unordered("uno", x, x), nan, pos)
 
-    def store_bins(self, dst: ir.Value, k: int, f32: ir.Value, x: ir.Value) -> None:
+    def store_bins(self, dst: ir.Value, k: int, f32: ir.Value, x: ir.Value,
+                   tables: list | None = None) -> None:
         b, v = self.b, self.v
         at = b.mul(b.add(b.mul(ir.Constant(I32, k), self.nf), f32), ir.Constant(I32, v.w))
-        b.store(b.trunc(self.bin_feature(x, f32), v.ty(I8)),
+        b.store(b.trunc(self.bin_feature(x, f32, tables=tables), v.ty(I8)),
                 gep(b, dst, [at], source_etype=I8), align=1)
 
     def binned_row_vector(self, k: int, word: ir.Value) -> ir.Value:

@@ -236,10 +236,11 @@ class _Kernel(Walks, BinnedWalks, ObliviousBinnedWalks, TreeLanes):
 
         def copy(f):
             f32 = b.trunc(f, I32)
+            tables = self.search_tables(f32) if self.binned else None
             for k in range(K):
                 x = self.convert(v.gather(xb, self.xt, b.add(offs[k], v.splat(f32))))
                 if self.binned:
-                    self.store_bins(dst, k, f32, x)
+                    self.store_bins(dst, k, f32, x, tables)
                     continue
                 at = b.mul(b.add(b.mul(ir.Constant(I32, k), self.nf), f32), ir.Constant(I32, V))
                 b.store(x, gep(b, dst, [at], source_etype=self.ct), align=align(self.ct))
