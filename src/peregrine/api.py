@@ -91,7 +91,9 @@ def compile(  # noqa: A001 - the public name users expect
     if options.validate:
         from peregrine.runtime.validate import validate
 
-        compiled.validation = validate(compiled, model, sample_input)
+        # the low-precision levels trade the contract for speed by request: measured only
+        low = options.precision in (Precision.BFLOAT16, Precision.FLOAT16)
+        compiled.validation = validate(compiled, model, sample_input, report_only=low)
     return compiled
 
 

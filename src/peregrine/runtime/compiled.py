@@ -367,7 +367,9 @@ def _validation_line(report: Any) -> str:
         return "not validated"
     parts = []
     for name, dev in report.get("methods", {}).items():
-        if dev.get("exact"):
+        if dev.get("labels_changed"):
+            parts.append(f"{name} {dev['labels_changed']} label(s) changed")
+        elif dev.get("exact"):
             parts.append(f"{name} equal")
         else:
             parts.append(f"{name} max |diff| {dev.get('max_abs', 0.0):.3g}, "
