@@ -35,16 +35,11 @@ def _missing_position(categories: tuple) -> int:
     return -1
 
 
-def _null_positions(categories: tuple) -> tuple[int, int] | None:
-    """(NaN position, None position) of a map holding both (a scikit-learn pipeline's string
-    vocabulary, steps.Vocab), else None (every missing value is alike)."""
-    nan_pos = none_pos = -1
-    for i, c in enumerate(categories):
-        if c is None and none_pos < 0:
-            none_pos = i
-        elif isinstance(c, float) and c != c and nan_pos < 0:
-            nan_pos = i
-    return (nan_pos, none_pos) if nan_pos >= 0 and none_pos >= 0 else None
+def is_vocabulary(categories: tuple) -> bool:
+    """A scikit-learn pipeline's string vocabulary (steps.Vocab: NaN at 0, None at 1, then the
+    strings), whose missing values are told apart; any other map treats them alike."""
+    return len(categories) >= 2 and categories[1] is None and \
+        isinstance(categories[0], float) and categories[0] != categories[0]
 
 
 def _index_of(categories: tuple, values: np.ndarray) -> np.ndarray:
@@ -67,16 +62,16 @@ def _finish(pos: np.ndarray, missing: np.ndarray, categories: tuple, values: Any
     """pos: int positions (-1 unseen or missing); missing: bool mask of missing inputs;
     ``nulls``: the values of the missing rows (None: read them from ``values``), needed only
     where the map tells None from NaN."""
-    split = _null_positions(categories)
-    if split is not None and missing.any():
+    split = is_vocabulary(categories)
+    if split and missing.any():
         rows = np.flatnonzero(missing)
         got = [values[r] for r in rows] if nulls is None else nulls
         pos, missing = pos.copy(), missing.copy()
         for r, v in zip(rows, got):
             if v is None:
-                pos[r] = split[1]
+                pos[r] = 1
             elif _is_nan(v):
-                pos[r] = split[0]
+                pos[r] = 0
             else:  # pd.NA: scikit-learn's encoders find it among no categories
                 pos[r], missing[r] = -1, False
     if unknown_error:
@@ -91,7 +86,7 @@ def _finish(pos: np.ndarray, missing: np.ndarray, categories: tuple, values: Any
                 "time; the model's encoder has handle_unknown='error'"
             )
     codes = pos.astype(np.float64)
-    if split is None:
+    if not split and missing.any():
         codes[missing] = _missing_position(categories)
     codes[codes < 0] = np.nan
     return codes
@@ -114,7 +109,7 @@ def _arrow_lookup(arr: Any, categories: tuple, values: Any, name: Any,
         hit = np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
     missing = np.asarray(pc.is_null(arr).to_numpy(zero_copy_only=False), dtype=bool)
     nulls = None
-    if _null_positions(categories) is not None and missing.any():
+    if is_vocabulary(categories) and missing.any():
         nulls = values.take(np.flatnonzero(missing))  # Arrow made None and NaN alike
     return _finish(where[hit], missing, categories, values, name, unknown_error, nulls)
 

@@ -13,7 +13,7 @@ from peregrine.errors import InputError
 from peregrine.ir import Op
 from peregrine.ir.spec import ModelSpec
 from peregrine.runtime.cat_hash import hash_column
-from peregrine.runtime.categories import category_codes, few_codes
+from peregrine.runtime.categories import category_codes, few_codes, is_vocabulary
 from peregrine.runtime.sparse import densify, is_sparse
 
 
@@ -339,18 +339,11 @@ def _from_object_array(X: np.ndarray, spec: ModelSpec) -> np.ndarray:
         col = X[:, j]
         # numbers: codes as before (not in a pipeline's string vocabulary, where a float NaN
         # is the NaN category and any other number a value unseen at fit time)
-        if col.dtype.kind == "O" and not _vocabulary(cats) and _all_numbers(col):
+        if col.dtype.kind == "O" and not is_vocabulary(cats) and _all_numbers(col):
             out[:, j] = col.astype(np.float64)
             continue
         out[:, j] = category_codes(col, cats, j, j in spec.category_unknown_error)
     return out
-
-
-def _vocabulary(cats: tuple) -> bool:
-    """A scikit-learn pipeline's string vocabulary (steps.Vocab: NaN, then None, then the
-    strings)."""
-    return len(cats) >= 2 and cats[1] is None and isinstance(cats[0], float) and \
-        cats[0] != cats[0]
 
 
 def _all_numbers(col: np.ndarray) -> bool:
