@@ -307,9 +307,7 @@ def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = Non
     elif hasattr(rows, "columns") or getattr(getattr(rows, "dtype", None), "kind", "") == "O":
         # a DataFrame (or object array) with string / category columns: the codes the file
         # takes, made by the runtime's own conversion
-        from peregrine.runtime.inputs import prepare_input
-
-        X = np.asarray(prepare_input(rows, compiled.spec, check=False), dtype=np.float64)
+        X = np.asarray(compiled.model_input(rows), dtype=np.float64)
     else:
         X = np.asarray(rows, dtype=np.float64)
     X = np.ascontiguousarray(X.reshape(-1, compiled.spec.n_features))

@@ -78,6 +78,4 @@ def rules_twin(compiled: Any) -> Any:
             n.op in (Op.DENSE, Op.ACTIVATION, Op.BATCH_NORM)
             for n in compiled.spec.graph.toposort()):
         return compiled
-    from peregrine.runtime.compiled import build
-
-    return build(compiled.spec, "reference", compiled.options, "cpu")
+    return compiled.rebuild("reference")

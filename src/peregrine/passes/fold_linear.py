@@ -44,11 +44,12 @@ _EXT = np.longdouble
 _EXT_LIMIT = 2 * 10 ** 7  # multiply-adds above which the W1 @ W2 fold uses float64 BLAS
 
 
-def reaches_only_scores(name: str, readers: dict[str, list[Node]]) -> bool:
-    """Whether every path from node ``name`` to an output goes through continuous ops only,
-    ending in graph outputs or in an ARGMAX / THRESHOLD that is itself only an output (the
-    final decision, whose label may change only where the scores are within rounding of a
-    tie)."""
+def reaches_only_scores(name: str, readers: dict[str, list[Node]],
+                        smooth: frozenset = SMOOTH) -> bool:
+    """Whether every path from node ``name`` to an output goes through continuous ops only
+    (``smooth``, and the continuous ufuncs), ending in graph outputs or in an ARGMAX /
+    THRESHOLD that is itself only an output (the final decision, whose label may change only
+    where the scores are within rounding of a tie)."""
     seen, stack = set(), [name]
     while stack:
         for r in readers.get(stack.pop(), ()):
@@ -59,10 +60,10 @@ def reaches_only_scores(name: str, readers: dict[str, list[Node]]) -> bool:
                 if readers.get(r.name):
                     return False  # a label that feeds further computation
                 continue
-            if r.op is Op.UFUNC and r.attrs.name in CONTINUOUS_UFUNCS or r.op in SMOOTH:
+            if r.op is Op.UFUNC and r.attrs.name in CONTINUOUS_UFUNCS or r.op in smooth:
                 stack.append(r.name)
                 continue
-            return False
+            return False  # a tree, bin index, binarizer, lookup...
     return True
 
 

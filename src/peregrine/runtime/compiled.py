@@ -205,6 +205,16 @@ class CompiledModel:
                               methods=methods, header=header, cc=cc, sample=sample,
                               validate=validate)
 
+    def model_input(self, X: Any) -> np.ndarray:
+        """The numeric matrix the compiled program reads for ``X``: columns matched by name,
+        strings and categories as their codes (what ``export_onnx`` files and
+        ``export_library`` functions take). Not checked against the NaN/inf policy."""
+        return np.asarray(prepare_input(X, self.spec, check=False))
+
+    def rebuild(self, backend: str) -> CompiledModel:
+        """The same program (graph, options) built for another backend on CPU."""
+        return build(self.spec, backend, self.options, "cpu")
+
     def __repr__(self) -> str:
         return (f"CompiledModel({self.spec.source}, backend={self.backend!r}, "
                 f"device={self._device!r}, methods={list(self.methods)})")
@@ -319,7 +329,9 @@ class CompiledModel:
             value = float(arr[r, src])
             cats = self.spec.category_maps.get(src)
             if cats is not None:  # a code: show the value the user passed
-                value = None if np.isnan(value) or value == 0 else cats[int(value)]
+                # code 0 is NaN's slot (and 1 None's) in the vocabulary: its own value
+                value = None if np.isnan(value) or not 0 <= value < len(cats) \
+                    else cats[int(value)]
             where = f" in column {names[src] if names else src!r} (value {value!r})"
         raise InputError(f"{self.spec.source}: row {r}{where}: {what}")
 

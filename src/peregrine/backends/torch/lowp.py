@@ -17,10 +17,10 @@ import torch
 from torch import Tensor, nn
 
 from peregrine.backends.torch.ops_kernel import Kernel
+from peregrine.backends.torch.ops_nn import Activation
 from peregrine.ir import Graph, Node, Op
-from peregrine.kernels.torch_nn import activation, activation_args
 from peregrine.options import Precision
-from peregrine.passes.fold_linear import CONTINUOUS_UFUNCS, DECISIONS, SMOOTH
+from peregrine.passes.fold_linear import SMOOTH, reaches_only_scores
 
 LOW_DTYPES = {Precision.BFLOAT16: torch.bfloat16, Precision.FLOAT16: torch.float16}
 # ops with a low-precision lowering below
@@ -37,24 +37,10 @@ def low_dtype(precision: Precision) -> torch.dtype | None:
 
 
 def _only_scores(name: str, readers: dict[str, list[Node]]) -> bool:
-    """Every path from ``name`` to an output goes through continuous ops, ending in outputs
-    or in a final ARGMAX / THRESHOLD nothing else reads (``fold_linear.reaches_only_scores``
-    with the network's layers counted as continuous)."""
-    seen, stack = set(), [name]
-    while stack:
-        for r in readers.get(stack.pop(), ()):
-            if r.name in seen:
-                continue
-            seen.add(r.name)
-            if r.op in DECISIONS:
-                if readers.get(r.name):
-                    return False
-                continue
-            if r.op is Op.UFUNC and r.attrs.name in CONTINUOUS_UFUNCS or r.op in _CONTINUOUS:
-                stack.append(r.name)
-                continue
-            return False  # a tree, bin index, binarizer, lookup...: keep exact
-    return True
+    """``fold_linear.reaches_only_scores`` with the network's layers and kernels counted as
+    continuous: a value may go low only where it cannot reach a tree, a bin index, a
+    binarizer or a lookup, which stay exact."""
+    return reaches_only_scores(name, readers, _CONTINUOUS)
 
 
 def low_nodes(graph: Graph) -> set[str]:
@@ -179,20 +165,6 @@ class LowBatchNorm(nn.Module):
                                               self.weight, self.bias, False, 0.0, self.eps)
 
 
-class LowActivation(nn.Module):
-    def __init__(self, a: Any, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.kind = str(a.kind)
-        self.dtype = dtype
-        (self.alpha, self.scale, self.input_scale, self.low, self.high, self.beta,
-         self.threshold, self.approximate) = activation_args(a)
-
-    def forward(self, xs: list[Tensor]) -> Tensor:
-        return activation(xs[0], self.kind, self.dtype, self.alpha, self.scale,
-                          self.input_scale, self.low, self.high, self.beta, self.threshold,
-                          self.approximate)
-
-
 def lower_low(node: Node, dtype: torch.dtype, graph: Graph,
               folds: dict[str, str]) -> nn.Module:
     """The low-precision module of a node of ``LOW_OPS`` (``folds``: ``scaler_folds``, with
@@ -215,4 +187,4 @@ def lower_low(node: Node, dtype: torch.dtype, graph: Graph,
         return LowBatchNorm(a, dtype)
     if node.op is Op.KERNEL:
         return Kernel(node, dtype)
-    return LowActivation(a, dtype)
+    return Activation(a, dtype)

@@ -7,6 +7,7 @@ blocking; docs/exactness.md, "Networks")."""
 
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from peregrine.backends.torch.ops import Lowered, lowering
@@ -44,10 +45,13 @@ class BatchNorm(nn.Module):
 
 
 class Activation(nn.Module):
-    def __init__(self, a: Any) -> None:
+    """An ACTIVATION in the network's dtype, or in ``dtype`` (the low-precision levels,
+    lowp.py)."""
+
+    def __init__(self, a: Any, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.kind = str(a.kind)
-        self.dtype = DTYPES[a.net_dtype]
+        self.dtype = DTYPES[a.net_dtype] if dtype is None else dtype
         (self.alpha, self.scale, self.input_scale, self.low, self.high, self.beta,
          self.threshold, self.approximate) = activation_args(a)
 
