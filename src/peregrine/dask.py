@@ -150,7 +150,7 @@ def _predict_array(
         )
     if arr.numblocks[1] != 1:
         arr = arr.rechunk({1: -1})  # whole rows per block
-    sample = np.zeros((1, arr.shape[1]), dtype=arr.dtype if arr.dtype.kind == "f" else "f8")
+    sample = model.probe_row(arr.dtype if arr.dtype.kind == "f" else "f8")
     try:
         out = np.asarray(getattr(model, method)(sample))
     except PeregrineError:  # zeros the model rejects: one real row
@@ -172,6 +172,6 @@ def _score_block(
     """On a worker: one block of whole rows."""
     model = load_cached(data, key, backend)
     if block.shape[0] == 0:
-        out = np.asarray(getattr(model, method)(np.zeros((1, block.shape[1]))))
+        out = np.asarray(getattr(model, method)(model.probe_row()))
         return out[:0]
     return np.asarray(getattr(model, method)(block))

@@ -143,7 +143,8 @@ def predict_udf(
 
 def _sample_output(model: Any, method: str) -> np.ndarray:
     fn = getattr(model, method)
-    for row in (np.zeros((1, model.n_features_in_)), np.ones((1, model.n_features_in_))):
+    n = model.n_features_in_
+    for row in (model.probe_row(), np.zeros((1, n)), np.ones((1, n))):
         try:
             return np.asarray(fn(row))
         except PeregrineError:

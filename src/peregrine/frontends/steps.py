@@ -13,7 +13,7 @@ that redefines a reproduced method is refused, ``base.refuse_overrides``):
 A ``Flow`` is a graph node plus what composition needs to know about each of its columns:
 ``src`` (the input column it still is, unchanged, or None once computed) — string columns are
 encoded ONCE at the runtime boundary into codes over a per-input-column ``Vocab`` (the
-``ModelSpec.category_maps``; code 0 is "missing": None/NaN/pd.NA), and encoders/imputers
+``ModelSpec.category_maps``; code 0 is NaN, 1 None, as scikit-learn tells them apart), and encoders/imputers
 reading such a column work on the codes; ``nan`` (the column may hold NaN) and
 ``keeps_dtype`` (float32 input stays float32, as sklearn's scalers do).
 """

@@ -211,6 +211,19 @@ class CompiledModel:
         ``export_library`` functions take). Not checked against the NaN/inf policy."""
         return np.asarray(prepare_input(X, self.spec, check=False))
 
+    def probe_row(self, dtype: Any = np.float64) -> np.ndarray:
+        """One numeric row the model accepts where it can: zeros, except that a column read
+        through a category map holds the code of its first real category (code 0 is the NaN
+        slot and 1 None's, which an encoder with handle_unknown='error' rejects). Dask and
+        Spark score it to learn a method's output shape and dtype."""
+        row = np.zeros((1, self.spec.n_features), dtype=dtype)
+        for col, cats in self.spec.category_maps.items():
+            known = [i for i, c in enumerate(cats)
+                     if c is not None and not (isinstance(c, float) and c != c)]
+            if known:
+                row[0, col] = known[0]
+        return row
+
     def rebuild(self, backend: str) -> CompiledModel:
         """The same program (graph, options) built for another backend on CPU."""
         return build(self.spec, backend, self.options, "cpu")
