@@ -24,6 +24,8 @@ MIN/MAX aggregation, PROBIT, SOFTMAX_ZERO and BRANCH_MEMBER are refused.
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -77,71 +79,9 @@ def build_forest(node, a: dict, width: int, prefix: str, n_features: int, in_dty
     trees: dict[int, dict[int, int]] = defaultdict(dict)  # tree id -> node id -> row
     for row, (t, n) in enumerate(zip(tree_ids, node_ids)):
         trees[int(t)][int(n)] = row
-    parts = []
-    for t in sorted(trees):
-        rows = trees[t]
-        feat, thr, left, right, nan_left, value = [], [], [], [], [], []
-
-        def new() -> int:
-            feat.append(-1)
-            thr.append(0.0)
-            left.append(-1)
-            right.append(-1)
-            nan_left.append(False)
-            value.append(np.zeros(width))
-            return len(feat) - 1
-
-        if 0 not in rows:
-            raise refuse(node, f"tree {t} without node 0 (its root)")
-
-        def emit(n: int, depth: int = 0) -> int:
-            """Forest nodes for ORT node ``n`` and its subtree (copied where EQ/NEQ reach a
-            subtree twice), returning the subtree's root index."""
-            if n not in rows or depth > 4096:
-                raise refuse(node, f"tree {t}: node {n} missing or a cycle")
-            r = rows[n]
-            i = new()
-            mode = modes[r]
-            if mode == "LEAF":
-                value[i] = leaf_value[(t, n)]
-                return i
-            if features[r] >= n_features:
-                raise refuse(node, f"a split on feature {features[r]} of {n_features}")
-            nan_yes = bool(tracks[r])
-            x_t = float(thresholds[r])
-            f = int(features[r])
-            t_id, f_id = int(true_ids[r]), int(false_ids[r])
-            if mode in ("BRANCH_EQ", "BRANCH_NEQ"):
-                eq_id, ne_id = (t_id, f_id) if mode == "BRANCH_EQ" else (f_id, t_id)
-                # NaN != t is true: NEQ sends NaN to its true child (ne) whatever the
-                # tracking flag; EQ sends it to eq only when missing values track true
-                nan_to_ne = mode == "BRANCH_NEQ" or not nan_yes
-                # x <= t ? (x <= pred(t) ? ne : eq) : ne   (the ne subtree twice)
-                inner = new()
-                feat[i], thr[i], right[i] = f, x_t, emit(ne_id, depth + 1)
-                left[i] = inner
-                feat[inner], thr[inner] = f, _pred(x_t, tdtype)
-                left[inner], right[inner] = emit(ne_id, depth + 1), emit(eq_id, depth + 1)
-                nan_left[i] = not nan_to_ne  # NaN: to ne at the outer node (right) ...
-                nan_left[inner] = False  # ... or to eq through the inner node's right
-                return i
-            if mode == "BRANCH_LEQ":
-                t_le, lft, rgt, yes_left = x_t, t_id, f_id, True
-            elif mode == "BRANCH_LT":
-                t_le, lft, rgt, yes_left = _pred(x_t, tdtype), t_id, f_id, True
-            elif mode == "BRANCH_GT":
-                t_le, lft, rgt, yes_left = x_t, f_id, t_id, False
-            else:  # BRANCH_GTE: x >= t is not (x <= pred(t))
-                t_le, lft, rgt, yes_left = _pred(x_t, tdtype), f_id, t_id, False
-            feat[i], thr[i] = f, t_le
-            left[i] = emit(lft, depth + 1)
-            right[i] = emit(rgt, depth + 1)
-            nan_left[i] = yes_left == nan_yes
-            return i
-
-        emit(0)
-        parts.append({"feature": feat, "threshold": thr, "left": left, "right": right,
-                      "nan_left": nan_left, "value": np.asarray(value).reshape(-1, width)})
+    nodes = _OrtNodes(node, modes, features, thresholds, tdtype, true_ids, false_ids, tracks,
+                      leaf_value, width, n_features)
+    parts = [_TreeBuilder(nodes, t, trees[t]).build() for t in sorted(trees)]
     agg = a.get("aggregate_function", "SUM")
     if agg not in ("SUM", "AVERAGE"):
         raise refuse(node, f"aggregate_function {agg!r} (supported: SUM, AVERAGE)")
@@ -157,6 +97,102 @@ def build_forest(node, a: dict, width: int, prefix: str, n_features: int, in_dty
         sum_dtype=tdtype,  # ORT's ScoreValue<ThresholdType>
     )
     return forest, base
+
+
+@dataclass(frozen=True)
+class _OrtNodes:
+    """The TreeEnsemble attributes one tree's nodes are read from (row-indexed arrays)."""
+
+    node: Any  # the ONNX node, for refusals
+    modes: list
+    features: np.ndarray
+    thresholds: np.ndarray
+    tdtype: np.dtype
+    true_ids: np.ndarray
+    false_ids: np.ndarray
+    tracks: np.ndarray
+    leaf_value: dict
+    width: int
+    n_features: int
+
+
+class _TreeBuilder:
+    """One ORT tree as Forest node arrays: ``build`` emits its nodes from the root, copying a
+    subtree that EQ/NEQ branches reach twice."""
+
+    def __init__(self, src: _OrtNodes, tree: int, rows: dict[int, int]) -> None:
+        self.src, self.t, self.rows = src, tree, rows
+        self.feat: list[int] = []
+        self.thr: list[float] = []
+        self.left: list[int] = []
+        self.right: list[int] = []
+        self.nan_left: list[bool] = []
+        self.value: list[np.ndarray] = []
+
+    def build(self) -> dict:
+        if 0 not in self.rows:
+            raise refuse(self.src.node, f"tree {self.t} without node 0 (its root)")
+        self.emit(0)
+        return {"feature": self.feat, "threshold": self.thr, "left": self.left,
+                "right": self.right, "nan_left": self.nan_left,
+                "value": np.asarray(self.value).reshape(-1, self.src.width)}
+
+    def new(self) -> int:
+        self.feat.append(-1)
+        self.thr.append(0.0)
+        self.left.append(-1)
+        self.right.append(-1)
+        self.nan_left.append(False)
+        self.value.append(np.zeros(self.src.width))
+        return len(self.feat) - 1
+
+    def emit(self, n: int, depth: int = 0) -> int:
+        """Forest nodes for ORT node ``n`` and its subtree (copied where EQ/NEQ reach a
+        subtree twice), returning the subtree's root index."""
+        src, t = self.src, self.t
+        feat, thr, left, right, nan_left = self.feat, self.thr, self.left, self.right, \
+            self.nan_left
+        if n not in self.rows or depth > 4096:
+            raise refuse(src.node, f"tree {t}: node {n} missing or a cycle")
+        r = self.rows[n]
+        i = self.new()
+        mode = src.modes[r]
+        if mode == "LEAF":
+            self.value[i] = src.leaf_value[(t, n)]
+            return i
+        if src.features[r] >= src.n_features:
+            raise refuse(src.node, f"a split on feature {src.features[r]} of {src.n_features}")
+        nan_yes = bool(src.tracks[r])
+        x_t = float(src.thresholds[r])
+        f = int(src.features[r])
+        t_id, f_id = int(src.true_ids[r]), int(src.false_ids[r])
+        if mode in ("BRANCH_EQ", "BRANCH_NEQ"):
+            eq_id, ne_id = (t_id, f_id) if mode == "BRANCH_EQ" else (f_id, t_id)
+            # NaN != t is true: NEQ sends NaN to its true child (ne) whatever the
+            # tracking flag; EQ sends it to eq only when missing values track true
+            nan_to_ne = mode == "BRANCH_NEQ" or not nan_yes
+            # x <= t ? (x <= pred(t) ? ne : eq) : ne   (the ne subtree twice)
+            inner = self.new()
+            feat[i], thr[i], right[i] = f, x_t, self.emit(ne_id, depth + 1)
+            left[i] = inner
+            feat[inner], thr[inner] = f, _pred(x_t, src.tdtype)
+            left[inner], right[inner] = self.emit(ne_id, depth + 1), self.emit(eq_id, depth + 1)
+            nan_left[i] = not nan_to_ne  # NaN: to ne at the outer node (right) ...
+            nan_left[inner] = False  # ... or to eq through the inner node's right
+            return i
+        if mode == "BRANCH_LEQ":
+            t_le, lft, rgt, yes_left = x_t, t_id, f_id, True
+        elif mode == "BRANCH_LT":
+            t_le, lft, rgt, yes_left = _pred(x_t, src.tdtype), t_id, f_id, True
+        elif mode == "BRANCH_GT":
+            t_le, lft, rgt, yes_left = x_t, f_id, t_id, False
+        else:  # BRANCH_GTE: x >= t is not (x <= pred(t))
+            t_le, lft, rgt, yes_left = _pred(x_t, src.tdtype), f_id, t_id, False
+        feat[i], thr[i] = f, t_le
+        left[i] = self.emit(lft, depth + 1)
+        right[i] = self.emit(rgt, depth + 1)
+        nan_left[i] = yes_left == nan_yes
+        return i
 
 
 def _ensemble(ctx: Ctx, x: Value, forest, base: np.ndarray, width: int) -> str:
