@@ -18,10 +18,11 @@ from onnx import TensorProto, helper  # noqa: E402
 
 from peregrine import config  # noqa: E402
 from peregrine.export.onnx import session  # noqa: E402
-from peregrine.export.onnx_graph import LOWERINGS, Emitter  # noqa: E402
+from peregrine.export.onnx_graph import Emitter  # noqa: E402
 from peregrine.ir.ops import Op  # noqa: E402
 from peregrine.ir.semantics.nn import Activation, BatchNorm, Dense  # noqa: E402
 from peregrine.options import CompileOptions  # noqa: E402
+from tests.onnx_lowering import run_lowering  # noqa: E402
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -38,18 +39,7 @@ class _Node:
 
 
 def _run(node, X):
-    import peregrine.export.onnx_nn  # noqa: F401  (registers the lowerings)
-
-    e = Emitter("test", "auto")
-    out = LOWERINGS[node.op](e, node, ["X"])
-    e.nodes.append(helper.make_node("Identity", [out], ["Y"]))
-    g = helper.make_graph(e.nodes, "g", [helper.make_tensor_value_info(
-        "X", TensorProto.DOUBLE, ["N", X.shape[1]])], [helper.make_tensor_value_info(
-            "Y", TensorProto.DOUBLE, ["N", None])], e.initializers)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
-    m.ir_version = 10
-    onnx.checker.check_model(m, full_check=True)
-    return session(m).run(["Y"], {"X": X})[0]
+    return run_lowering(node, X, "peregrine.export.onnx_nn")
 
 
 def _edge_rows():

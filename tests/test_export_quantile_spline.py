@@ -14,15 +14,14 @@ import pytest
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from onnx import TensorProto, helper  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import QuantileTransformer, SplineTransformer  # noqa: E402
 
 import peregrine  # noqa: E402
 from peregrine.export.onnx import session  # noqa: E402
-from peregrine.export.onnx_graph import LOWERINGS, Emitter  # noqa: E402
 from peregrine.ir.ops import Op  # noqa: E402
 from peregrine.options import CompileOptions  # noqa: E402
+from tests.onnx_lowering import run_lowering  # noqa: E402
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -40,19 +39,7 @@ def _node(compiled, op):
 
 
 def _run_lowering(node, X):
-    """The node's lowering alone in ONNX Runtime on X (double)."""
-    import peregrine.export.onnx_transformers  # noqa: F401  (registers the lowerings)
-
-    e = Emitter("test", "auto")
-    out = LOWERINGS[node.op](e, node, ["X"])
-    e.nodes.append(helper.make_node("Identity", [out], ["Y"]))
-    g = helper.make_graph(e.nodes, "g", [helper.make_tensor_value_info(
-        "X", TensorProto.DOUBLE, ["N", X.shape[1]])], [helper.make_tensor_value_info(
-            "Y", TensorProto.DOUBLE, ["N", None])], e.initializers)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
-    m.ir_version = 10
-    onnx.checker.check_model(m, full_check=True)
-    return session(m).run(["Y"], {"X": X})[0]
+    return run_lowering(node, X, "peregrine.export.onnx_transformers")
 
 
 def _edges(tables, rng, extra=200):

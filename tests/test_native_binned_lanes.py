@@ -18,7 +18,6 @@ import peregrine  # noqa: E402
 from peregrine.backends.native import Schedule, tune  # noqa: E402
 from peregrine.backends.native.layout import choose_layout  # noqa: E402
 from peregrine.backends.native.schedule import Lanes, Layout  # noqa: E402
-from peregrine.kernels import jit  # noqa: E402
 from peregrine.options import CompileOptions  # noqa: E402
 from tests.test_native_backend import (  # noqa: E402
     CASES,
@@ -28,12 +27,8 @@ from tests.test_native_backend import (  # noqa: E402
     model_spec,
     random_forest,
 )
+from tests.test_representations import AVX2, HAS_VBMI, HOST, needs_vbmi  # noqa: E402,F401
 
-HOST = jit.Target.host()
-HAS_VBMI = HOST.isa == "avx512" and HOST.has("avx512vbmi")
-needs_vbmi = pytest.mark.skipif(not HAS_VBMI, reason="BINNED needs AVX-512 VBMI (this CPU, or "
-                                "the forced PEREGRINE_CPU_LEVEL, lacks it)")
-AVX2 = jit.Target("haswell", "+avx2,+fma,+bmi2,+popcnt,+sse4.2")
 ROW_COUNTS = (1, 2, 3, 17, 48)
 PERFECT_LANES = Schedule(layout="perfect", lanes="trees", interleave=4, node_pairs=True)
 
