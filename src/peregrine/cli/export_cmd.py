@@ -59,6 +59,10 @@ def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
                    help="auto/float64 (default): the exact program; float32: a float32 input and "
                    "float32 arithmetic for linear models, MLPs, scalers (trees keep exact "
                    "splits), the measured error reported and stored in the file (onnx, triton)")
+    p.add_argument("--string-inputs", action="store_true",
+                   help="string columns as tensor(string) inputs, one per column, coded "
+                   "inside the graph (ai.onnx.ml LabelEncoder); default: X holds their codes "
+                   "(onnx, triton)")
     p.add_argument("--exact-sums", action="store_true",
                    help="trees: the library's sums in its order (XGBoost bit for bit), not the "
                    "faster one-traversal forms (onnx, triton)")
@@ -94,6 +98,8 @@ def run(args: argparse.Namespace) -> int:
     sample = _sample(args, compiled, frame_ok=True) if args.sample else None
     options = {"opset": args.opset, "ml_ops": args.ml_ops, "input_dtype": args.input_dtype,
                "exact_sums": True if args.exact_sums else None, "precision": args.precision}
+    if args.string_inputs:
+        options["string_inputs"] = True
     start = time.perf_counter()
     with spinner(f"exporting {os.path.basename(args.model)}"):
         if args.format == "onnx":

@@ -74,8 +74,8 @@ def exported_methods(spec: Any, methods: Any = None) -> list[str]:
 
 def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic",
                ml_ops: str = "auto", methods: Any = None, input_dtype: str | None = None,
-               exact_sums: bool = False, precision: Any = "auto"
-               ) -> tuple[Any, dict[str, str]]:
+               exact_sums: bool = False, precision: Any = "auto",
+               string_inputs: bool = False) -> tuple[Any, dict[str, str]]:
     """The ONNX ModelProto of ``compiled``'s program and {method: output name}."""
     onnx, _ = _require()
     from onnx import TensorProto, helper
@@ -120,7 +120,11 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
             "native backends run it")
     # string / pandas category columns (spec.category_maps) are exported as their codes, as
     # the compiled model takes a numeric matrix and export_library does: the file's metadata
-    # lists each column's categories in code order (categories_metadata)
+    # lists each column's categories in code order (categories_metadata); string_inputs=True
+    # makes string columns string inputs, coded inside the graph (onnx_strings.py)
+    from peregrine.export.onnx_strings import input_names, lower_string_inputs, string_columns
+
+    strings = input_names(spec, string_columns(spec)) if string_inputs else {}
     if batch == "dynamic":
         rows: Any = "N"
     elif isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
@@ -149,13 +153,18 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
                          f"{input_dtype!r} contradicts it (leave input_dtype out)")
     x_elem = TensorProto.FLOAT if input_dtype == "float32" else TensorProto.DOUBLE
     names: dict[str, str] = {}
+    e.dtypes[INPUT_NAME] = x_elem
+    inputs = [helper.make_tensor_value_info(INPUT_NAME, x_elem, [rows, spec.n_features])]
+    matrix = INPUT_NAME
+    if strings:
+        matrix, inputs = lower_string_inputs(e, spec, strings, INPUT_NAME, x_elem, rows)
     for node in graph.toposort():
         if node.op is Op.INPUT:
             # a float32 input is widened where an op reads it in double (one Cast, exact:
             # Emitter.cast); a forest comparing in float32 reads the float32 values
-            names[node.name] = INPUT_NAME
-            e.dtypes[INPUT_NAME] = x_elem
-            e.widths[INPUT_NAME] = spec.n_features
+            names[node.name] = matrix
+            e.dtypes[matrix] = x_elem
+            e.widths[matrix] = spec.n_features
     if ml_ops != "never" and not exact_sums:
         e.tree_plan, e.ml_opset = plan_forests(steps)
     narrowed = float32_nodes(steps) if f32 else set()
@@ -210,7 +219,6 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
             e.nodes.append(helper.make_node("Cast", [x], [name], name=name, to=elem))
         outputs.append(helper.make_tensor_value_info(name, elem, shape))
 
-    inputs = [helper.make_tensor_value_info(INPUT_NAME, x_elem, [rows, spec.n_features])]
     g = helper.make_graph(e.nodes, "peregrine", inputs, outputs, e.initializers)
     opsets = [helper.make_opsetid("", opset)]
     if any(n.domain == "ai.onnx.ml" for n in e.nodes):
@@ -277,19 +285,23 @@ def session(model: Any, threads: int = 1) -> Any:
 
 
 
-def _run_batches(sess: Any, X: np.ndarray, fixed: int) -> list[np.ndarray]:
-    """Every output for the rows of ``X``; a file exported with a fixed batch (``batch=n``)
-    takes exactly n rows a call, so the rows go in whole batches, the last one filled up with
-    copies of its first row and the answers for those cut off."""
-    if not fixed or len(X) == fixed:
-        return sess.run(None, {INPUT_NAME: X})
+def _run_batches(sess: Any, feed: dict[str, np.ndarray], fixed: int) -> list[np.ndarray]:
+    """Every output for the rows of ``feed`` (input name -> rows); a file exported with a
+    fixed batch (``batch=n``) takes exactly n rows a call, so the rows go in whole batches,
+    the last one filled up with copies of its first row and the answers for those cut off."""
+    n = len(next(iter(feed.values())))
+    if not fixed or n == fixed:
+        return sess.run(None, feed)
     parts = []
-    for start in range(0, len(X), fixed):
-        chunk = X[start:start + fixed]
-        if len(chunk) < fixed:
-            chunk = np.concatenate([chunk, np.repeat(chunk[:1], fixed - len(chunk), axis=0)])
-        parts.append(sess.run(None, {INPUT_NAME: chunk}))
-    return [np.concatenate([p[i] for p in parts])[:len(X)] for i in range(len(parts[0]))]
+    for start in range(0, n, fixed):
+        chunk = {}
+        for k, v in feed.items():
+            c = v[start:start + fixed]
+            if len(c) < fixed:
+                c = np.concatenate([c, np.repeat(c[:1], fixed - len(c), axis=0)])
+            chunk[k] = c
+        parts.append(sess.run(None, chunk))
+    return [np.concatenate([p[i] for p in parts])[:n] for i in range(len(parts[0]))]
 
 
 def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = None,
@@ -302,20 +314,39 @@ def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = Non
 
     from peregrine.export.onnx_float32 import float32_mismatch
 
+    string_in = any(i.type.tensor_type.elem_type == TensorProto.STRING
+                    for i in model.graph.input)
+    x_in = [i for i in model.graph.input if i.name == INPUT_NAME]
+    x_dtype = (np.float32 if x_in and x_in[0].type.tensor_type.elem_type == TensorProto.FLOAT
+               else np.float64)
+    frame = hasattr(rows, "columns") or getattr(getattr(rows, "dtype", None), "kind", "") == "O"
     if rows is None:
         X = validation_rows(compiled)
-    elif hasattr(rows, "columns") or getattr(getattr(rows, "dtype", None), "kind", "") == "O":
+    elif frame and not string_in:
         # a DataFrame (or object array) with string / category columns: the codes the file
         # takes, made by the runtime's own conversion
         X = np.asarray(compiled.model_input(rows), dtype=np.float64)
     else:
-        X = np.asarray(rows, dtype=np.float64)
-    X = np.ascontiguousarray(X.reshape(-1, compiled.spec.n_features))
+        X = None if frame else np.asarray(rows, dtype=np.float64)
+    if X is not None:
+        X = np.ascontiguousarray(X.reshape(-1, compiled.spec.n_features))
+    if string_in:
+        # string inputs (onnx_strings.py): the rows' strings, and the compiled model's
+        # matrix made from the same strings by the runtime's conversion
+        from peregrine.export.onnx_strings import input_names, string_columns, string_feed
+
+        names = input_names(compiled.spec, string_columns(compiled.spec))
+        feed, X = string_feed(compiled, names, INPUT_NAME, x_dtype, rows if frame else None, X)
     if rows is None and compiled.spec.input_checks:
-        X = _accepted_rows(compiled, X)
-    if model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT:
+        keep = _accepted(compiled, X)
+        X = X[keep]
+        if string_in:
+            feed = {k: v[keep] for k, v in feed.items()}
+    if x_dtype == np.float32:
         with np.errstate(over="ignore"):  # the rows a float32 caller can pass
             X = X.astype(np.float32)
+    if not string_in:
+        feed = {INPUT_NAME: X}
     reference = rules_twin(compiled)
     expected: dict[str, np.ndarray] = {}
     for m in methods:
@@ -326,7 +357,10 @@ def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = Non
         raise UnsupportedModelError(f"{compiled.spec.source}: ONNX Runtime cannot run the "
                                     f"exported model: {exc}") from exc
     fixed = model.graph.input[0].type.tensor_type.shape.dim[0].dim_value  # 0: dynamic
-    got = dict(zip([o.name for o in sess.get_outputs()], _run_batches(sess, X, fixed)))
+    if not len(X):
+        raise ValidationError(f"{compiled.spec.source}: every generated validation row holds "
+                              "a value the model rejects; pass sample= rows to validate on")
+    got = dict(zip([o.name for o in sess.get_outputs()], _run_batches(sess, feed, fixed)))
     report: dict[str, dict[str, float]] = {}
     for m, name in methods.items():
         want, have = expected[m], np.asarray(got[name])
@@ -356,17 +390,13 @@ def validate(compiled: Any, model: Any, methods: dict[str, str], rows: Any = Non
     return len(X), report
 
 
-def _accepted_rows(compiled: Any, X: np.ndarray) -> np.ndarray:
+def _accepted(compiled: Any, X: np.ndarray) -> np.ndarray:
     """The generated rows the source would not reject (an unseen category reaching an
     encoder with handle_unknown='error' raises there; the ONNX program cannot raise)."""
     from peregrine.ir.spec import INPUT_ERRORS
 
     flags = np.asarray(compiled._exec.run(X, (INPUT_ERRORS,))[INPUT_ERRORS])
-    keep = X[~np.any(flags != 0, axis=1)]
-    if not len(keep):
-        raise ValidationError(f"{compiled.spec.source}: every generated validation row holds "
-                              "a value the model rejects; pass sample= rows to validate on")
-    return keep
+    return ~np.any(flags != 0, axis=1)
 
 
 
@@ -378,7 +408,7 @@ def export_onnx(compiled: Any, path: str | os.PathLike, *, opset: int | None = N
                 batch: Any = "dynamic", ml_ops: str = "auto", methods: Any = None,
                 sample: Any = None, validate_rows: bool = True,
                 input_dtype: str | None = None, exact_sums: bool | None = None,
-                precision: Any = "auto") -> ExportReport:
+                precision: Any = "auto", string_inputs: bool = False) -> ExportReport:
     """Write ``compiled``'s program as an ONNX model at ``path`` after checking it
     (``onnx.checker``) and validating it in ONNX Runtime on ``sample`` (or generated rows).
     ``input_dtype``: "float64" (the default: exact for every source), "float32" (the file
@@ -400,7 +430,7 @@ def export_onnx(compiled: Any, path: str | os.PathLike, *, opset: int | None = N
     fast = not exact_sums
     model, taken = build_onnx(compiled, opset=opset, batch=batch, ml_ops=ml_ops,
                               methods=methods, input_dtype=input_dtype, exact_sums=not fast,
-                              precision=precision)
+                              precision=precision, string_inputs=string_inputs)
     n_rows, deviations = 0, {}
     if validate_rows:
         try:
@@ -412,10 +442,16 @@ def export_onnx(compiled: Any, path: str | os.PathLike, *, opset: int | None = N
             # where their bound is not good enough here, the library's own order is written
             model, taken = build_onnx(compiled, opset=opset, batch=batch, ml_ops=ml_ops,
                                       methods=methods, input_dtype=input_dtype,
-                                      exact_sums=True, precision=precision)
+                                      exact_sums=True, precision=precision,
+                                      string_inputs=string_inputs)
             n_rows, deviations = validate(compiled, model, taken, sample, float32=f32)
     level = "float32" if f32 else "exact"
-    _record(model, level, n_rows, deviations, categories_metadata(compiled.spec))
+    extra = categories_metadata(compiled.spec)
+    if string_inputs:
+        from peregrine.export.onnx_strings import strings_metadata
+
+        extra |= strings_metadata(compiled.spec)
+    _record(model, level, n_rows, deviations, extra)
     path = os.fspath(path)
     tmp = f"{path}.tmp{os.getpid()}"
     onnx.save_model(model, tmp)

@@ -56,16 +56,35 @@ def validation_rows(compiled: Any, n: int = 512, seed: int = 0) -> np.ndarray:
 def categories_metadata(spec: Any) -> dict[str, str]:
     """``peregrine.category_codes.<column>``: a JSON list of the column's categories in code
     order (code = position), for each string / pandas category column, whose codes the
-    file's X holds (NaN for a missing or unseen value)."""
+    file's X holds (NaN for a missing or unseen value). JSON has one null, and a pipeline's
+    vocabulary holds two missing categories (code 0 NaN, 1 None, as scikit-learn tells them
+    apart), so a missing category is a one-key object: ``{"missing": "nan"}`` or
+    ``{"missing": "none"}`` (``categories_from_metadata`` reads them back)."""
     import json
 
     out = {}
     for c, cats in sorted(spec.category_maps.items()):
         name = spec.feature_names[c] if spec.feature_names else str(c)
         out[f"peregrine.category_codes.{name}"] = json.dumps(
-            [None if (isinstance(v, float) and np.isnan(v)) else
+            [_MISSING_NAN if _is_nan(v) else _MISSING_NONE if v is None else
              (v.item() if isinstance(v, np.generic) else v) for v in cats], default=str)
     return out
+
+
+_MISSING_NAN, _MISSING_NONE = {"missing": "nan"}, {"missing": "none"}
+
+
+def _is_nan(v: Any) -> bool:
+    return isinstance(v, (float, np.floating)) and v != v
+
+
+def categories_from_metadata(value: str) -> tuple[Any, ...]:
+    """A ``peregrine.category_codes.<column>`` value as the categories it lists (NaN and None
+    for the missing categories), for a caller encoding its own rows."""
+    import json
+
+    return tuple(float("nan") if v == _MISSING_NAN else None if v == _MISSING_NONE else v
+                 for v in json.loads(value))
 
 
 def rules_twin(compiled: Any) -> Any:
