@@ -147,3 +147,58 @@ def test_support_table_matches_refusals():
     assert rows["KNeighborsClassifier"]["onnx-export"] == "yes"
     assert rows["SVC"]["onnx-export"] == "yes"
     assert all(v == "yes" for k, v in rows["SVC"].items() if k != "onnx-export")
+
+
+def test_string_columns_as_string_inputs(tmp_path):
+    """A pipeline reading string columns (an imputer and a one-hot encoder on one, an ordinal
+    encoder on another, string class labels), exported with ``string_inputs=True``: the string
+    columns are ``tensor(string)`` inputs, run through ONNX Runtime (one intra-op and one
+    inter-op thread) on rows with unseen strings and missing values (``""`` in the file, NaN
+    in the frame scikit-learn scores), every method compared with scikit-learn's."""
+    pd = pytest.importorskip("pandas")
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, OrdinalEncoder, StandardScaler
+
+    def frame(seed, n):
+        rng = np.random.default_rng(seed)
+        df = pd.DataFrame({"x": rng.normal(size=n),
+                           "colour": rng.choice(["red", "green", "blue"], n).astype(object),
+                           "shape": rng.choice(["disc", "cube", "cone"], n).astype(object)})
+        df.loc[::9, "colour"] = np.nan
+        return df
+
+    df = frame(0, 500)
+    y = np.where((df["colour"] == "red") + (df["shape"] == "cube") + df["x"] > 0.8, "yes", "no")
+    ct = ColumnTransformer([
+        ("colour", make_pipeline(SimpleImputer(strategy="constant", fill_value="none"),
+                                 OneHotEncoder(handle_unknown="ignore")), ["colour"]),
+        ("shape", OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1),
+         ["shape"]),
+        ("x", StandardScaler(), ["x"])])
+    model = make_pipeline(ct, RandomForestClassifier(n_estimators=15, max_depth=6,
+                                                     random_state=0)).fit(df, y)
+    compiled = peregrine.compile(model, "reference")
+    path = tmp_path / "model.onnx"
+    report = export_onnx(compiled, path, methods=list(compiled.methods),
+                         string_inputs=True)
+    sess = session(str(path), threads=1)
+    types = {i.name: i.type for i in sess.get_inputs()}
+    assert types == {"X": "tensor(double)", "colour": "tensor(string)",
+                     "shape": "tensor(string)"}
+    test = frame(1, 300)
+    test.loc[test.index[::7], "colour"] = "purple"
+    test.loc[test.index[2::11], "shape"] = "sphere"
+    feed = {"X": test[["x"]].to_numpy(np.float64)}
+    for c in ("colour", "shape"):
+        feed[c] = np.asarray([v if isinstance(v, str) else "" for v in test[c]],
+                             dtype=object).reshape(-1, 1)
+    got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feed)))
+    for method, output in report.methods.items():
+        want = np.asarray(getattr(model, method)(test))
+        have = np.asarray(got[output])
+        if want.dtype.kind in "UO" and have.dtype == object:
+            have, want = have.astype(str), want.astype(str)
+        assert_same(method, have, want, f"string inputs onnx {method} -> {output}")
