@@ -220,6 +220,30 @@ def _lr_form(w: np.ndarray, b: float, form: str):
     elif form == "[-v, v] Gemm, Sigmoid":
         nodes, inits = gemm(col([-w, w], 1), np.asarray([[-b, b]]))
         nodes.append(helper.make_node("Sigmoid", ["z"], ["P"]))
+    elif form == "If on batch size: Softmax at 1 row, the export's form above":
+        # Size(X) < 2 * d: one row takes [0, v] Gemm + Softmax, larger batches the export's
+        small, _ = gemm(col([np.zeros(d), w], 1), np.asarray([[0.0, b]]))
+        small[0].input[1:] = ["W0", "C0"]
+        small.append(helper.make_node("Softmax", ["z"], ["P1"], axis=1))
+        big = [helper.make_node("Gemm", ["X", "W1", "C1"], ["u"]),
+               helper.make_node("Exp", ["u"], ["e"]), helper.make_node("Add", ["one", "e"], ["s"]),
+               helper.make_node("Reciprocal", ["s"], ["p"]),
+               helper.make_node("Sub", ["one", "p"], ["q"]),
+               helper.make_node("Concat", ["q", "p"], ["P2"], axis=1)]
+        inits = [numpy_helper.from_array(col([np.zeros(d), w], 1), "W0"),
+                 numpy_helper.from_array(np.asarray([[0.0, b]]), "C0"),
+                 numpy_helper.from_array(-w.reshape(-1, 1), "W1"),
+                 numpy_helper.from_array(np.asarray([[-b]]), "C1"), one,
+                 numpy_helper.from_array(np.asarray(2 * d, np.int64), "lim")]
+
+        def branch(ns, out):
+            return helper.make_graph(ns, out, [], [helper.make_tensor_value_info(
+                out, TensorProto.DOUBLE, None)])
+
+        nodes = [helper.make_node("Size", ["X"], ["n"]),
+                 helper.make_node("Less", ["n", "lim"], ["few"]),
+                 helper.make_node("If", ["few"], ["P"], then_branch=branch(small, "P1"),
+                                  else_branch=branch(big, "P2"))]
     else:
         raise ValueError(form)
     g = helper.make_graph(nodes, "lr", [helper.make_tensor_value_info(
@@ -231,7 +255,8 @@ def _lr_form(w: np.ndarray, b: float, form: str):
 
 
 LR_FORMS = ("export (6 nodes)", "[v, -v] Gemm, Exp, Add, Reciprocal", "[0, v] Gemm, Softmax",
-            "[-v, v] Gemm, Sigmoid", "gemm-only (floor)")
+            "[-v, v] Gemm, Sigmoid", "If on batch size: Softmax at 1 row, the export's form above",
+            "gemm-only (floor)")
 
 
 def bench_lr_forms(args) -> None:
