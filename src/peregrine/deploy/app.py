@@ -32,6 +32,7 @@ from starlette.routing import Route
 from peregrine.deploy import formats
 from peregrine.deploy.batcher import Batcher, QueueFull, ShuttingDown
 from peregrine.deploy.metrics import new_metrics
+from peregrine.deploy.protocol import RECEIVE_INTO
 from peregrine.errors import PeregrineError
 
 log = logging.getLogger("peregrine.serve")
@@ -175,7 +176,9 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
         "explain": model.explain_dict(),
     }
 
-    async def read_rest(receive: Any, body: bytes, announced: int | None) -> bytes | memoryview:
+    async def read_rest(
+        scope: dict, receive: Any, body: bytes, announced: int | None
+    ) -> bytes | memoryview:
         """The rest of a body that did not come in one message (its first part: ``body``).
 
         A bulk body comes in messages of ~64-256 KB. With its length announced, each is copied
@@ -184,11 +187,20 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
         and bytes.join of over 1 MB also released the GIL and waited to take it back from the
         model's thread. The buffer is np.empty's: its pages are touched only as the body arrives
         (a client announcing 64 MiB and sending 1 KB costs 1 KB, as the chunk list did; a
-        bytearray would zero all 64 MiB up front). Chunked bodies (no length) are joined."""
+        bytearray would zero all 64 MiB up front). Chunked bodies (no length) are joined.
+
+        Under ``peregrine serve`` (its protocol's ``RECEIVE_INTO`` extension) the server itself
+        copies each parsed piece into that buffer, with no ASGI message per piece."""
         chunks = None
         if announced is not None and len(body) <= announced:
             view = memoryview(np.empty(announced, np.uint8))
             view[: len(body)] = body
+            into = scope.get("extensions", {}).get(RECEIVE_INTO)
+            if into is not None:
+                size = await into(view, len(body))
+                if size is None:
+                    raise ClientDisconnect
+                return view if size == announced else bytes(view[:size])
         else:
             chunks = [body]
         size = len(body)
@@ -243,7 +255,7 @@ def create_app(config: ServeConfig, model: Any = None) -> Starlette:
                 if len(body) > config.max_body_bytes:
                     raise _TooLarge
                 if message.get("more_body", False):  # else the whole body: no copy
-                    body = await read_rest(receive, body, announced)
+                    body = await read_rest(scope, receive, body, announced)
                 if fmt == formats.JSON and len(body) > OFFLOAD_BYTES:
                     payload = await asyncio.to_thread(formats.decode, body, fmt, feature_names)
                 else:

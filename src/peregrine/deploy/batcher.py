@@ -206,10 +206,24 @@ class Batcher:
         self._dispatch()
 
     def _dispatch(self) -> None:
-        """On the event loop: start every batch that may start now."""
+        """On the event loop: start every batch that may start now.
+
+        While every thread is busy, a request of ``max_batch`` rows or more (a bulk body: it
+        runs alone, nothing can join it) still goes to the pool, whose worker starts it the
+        moment the running call ends (at most one such call waits per thread). Handed over
+        only when a thread was free, each bulk call waited for the event loop to see the
+        previous one finish and submit the next: with the loop busy receiving and decoding
+        the next bodies, both cores sat partly idle between calls."""
         self._scheduled = False
         queue = self._queue
-        while queue and self._inflight < self.threads:
+        while queue:
+            if self._inflight >= self.threads:
+                if self._inflight >= 2 * self.threads or queue[0].rows < self.max_batch:
+                    return
+                job = queue.popleft()
+                self._queued_rows -= job.rows
+                self._submit([job])
+                continue
             now = time.perf_counter()
             if (
                 not self._closing
@@ -233,10 +247,14 @@ class Batcher:
             if cost is not None and cost * rows <= self.inline_seconds:
                 self._run_inline(batch)
             else:
-                self._inflight += 1
-                assert self._loop is not None
-                fut = self._loop.run_in_executor(self._pool, self._execute, batch)
-                fut.add_done_callback(lambda f, b=batch: self._finish(b, f))
+                self._submit(batch)
+
+    def _submit(self, batch: list[_Job]) -> None:
+        """The batch to a worker thread; its answers come back through :meth:`_finish`."""
+        self._inflight += 1
+        assert self._loop is not None
+        fut = self._loop.run_in_executor(self._pool, self._execute, batch)
+        fut.add_done_callback(lambda f, b=batch: self._finish(b, f))
 
     def _run_inline(self, batch: list[_Job]) -> None:
         self.stats.inline_batches += 1

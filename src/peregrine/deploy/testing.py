@@ -22,12 +22,18 @@ def running_server(
     shuts the server down (gracefully) on exit."""
     import uvicorn
 
+    from peregrine.deploy.protocol import draining_protocol
+
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, log_level="warning", lifespan="on", timeout_graceful_shutdown=graceful_timeout
+    config = uvicorn.Config(  # the protocol `peregrine serve` runs (protocol.py)
+        app,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=graceful_timeout,
+        http=draining_protocol(),
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(
