@@ -6,7 +6,8 @@ conversion of the same model, at 100K rows and at one row (a loop of single-row 
   OnnxRuntimePeer`` (onnxmltools for XGBoost/LightGBM, skl2onnx for scikit-learn);
 - ``pipelines``: the operator table of ``bench_pipelines.py`` (linear models, naive Bayes, an
   MLP, featurizers, kernel SVMs; its ColumnTransformer rows read string columns, which the
-  export does not take, and are listed as such), the peer being its skl2onnx conversion.
+  export takes as string inputs there: ``string_inputs=True``), the peer being its skl2onnx
+  conversion.
 
 Both sessions: CPU execution provider, ``--threads`` intra-op threads, one inter-op thread.
 Each side gets the input its file declares, made from the same float32 rows (Peregrine's
@@ -165,10 +166,8 @@ def bench_pipelines(args) -> None:
         if wanted is not None and name not in wanted:
             continue
         if kind == "frame":
-            # the export takes string columns as their codes (docs/export.md); the peer takes
-            # the strings: not the same input, so not timed against each other
-            print(f"| {name} | string columns: the file takes their codes, not timed | | | | "
-                  "| | | | |", flush=True)
+            # both files take the strings: the export with string_inputs=True
+            bench_frame(args, name, model, method)
             continue
         want = getattr(model, method)(Xb)
         peer = bp._onnx(model, method, kind, Xb)
@@ -184,6 +183,61 @@ def bench_pipelines(args) -> None:
         print(row(f"{name} `{method}`", res, "export", "peer",
                   max_diff(ours(inputs["export"]), want), max_diff(peer(Xb), want), took),
               flush=True)
+
+
+class Feed(dict):
+    """Input name -> array; slicing slices every array (the one-row loop's ``X[i:i + 1]``)."""
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            return Feed({k: v[key] for k, v in self.items()})
+        return dict.__getitem__(self, key)
+
+
+def bench_frame(args, name, model, method) -> None:
+    """A ColumnTransformer row of the table: string and number columns. skl2onnx's file takes
+    one input per column (float32 numbers, strings); the export, with string_inputs=True,
+    ``X`` (the numbers, double) and one string input per string column. The feeds are made
+    before timing, so only ``run`` is timed on both sides."""
+    import bench_pipelines as bp
+    import onnxruntime as ort
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
+
+    import peregrine
+    from peregrine.export import export_onnx
+
+    df = bp._frame(args.rows, 1)
+    want = getattr(model, method)(df)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    types = [(c, FloatTensorType([None, 1])) for c in bp.NUM]
+    types += [(c, StringTensorType([None, 1])) for c in bp.CAT]
+    onx = to_onnx(model, initial_types=types, options={"zipmap": False})
+    peer_sess = ort.InferenceSession(onx.SerializeToString(), so,
+                                     providers=["CPUExecutionProvider"])
+    peer_out = peer_sess.get_outputs()[-1].name
+    strings = {c: np.asarray([v if isinstance(v, str) else "" for v in df[c]],
+                             dtype=object).reshape(-1, 1) for c in bp.CAT}
+    peer_feed = Feed({c: df[c].to_numpy(np.float32).reshape(-1, 1) for c in bp.NUM} | strings)
+    compiled = peregrine.compile(model, backend="reference")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.onnx")
+        t = time.perf_counter()
+        report = export_onnx(compiled, path, methods=[method], sample=df.iloc[:2000],
+                             string_inputs=True, precision=args.precision)
+        took = time.perf_counter() - t
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    out = report.methods[method]
+    our_feed = Feed({"X": df[bp.NUM].to_numpy(np.dtype(report.inputs["X"][0]))} | strings)
+    systems = {"export": lambda F: sess.run([out], F)[0],
+               "peer": lambda F: peer_sess.run([peer_out], F)[0]}
+    res = compare(systems, {"export": our_feed, "peer": peer_feed}, args.repeat,
+                  args.one_row_calls)
+    print(row(f"{name} `{method}` (string inputs)", res, "export", "peer",
+              max_diff(systems["export"](our_feed), want),
+              max_diff(systems["peer"](peer_feed), want), took), flush=True)
 
 
 def _lr_form(w: np.ndarray, b: float, form: str):
