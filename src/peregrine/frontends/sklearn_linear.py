@@ -73,7 +73,7 @@ def _linear(est: Any, ctx: Context, flow: Flow) -> tuple[str, int, bool]:
     """The LINEAR node of ``est`` on ``flow``: (node, n_outputs, coef_ was 1-D)."""
     require_fitted(est, "coef_")
     check_no_strings(est, ctx, flow)
-    ctx.reject_nan(flow)  # check_array rejects NaN and inf in every linear model
+    ctx.reject_nan(flow, est)  # check_array rejects NaN and inf in every linear model
     coef = np.asarray(est.coef_, dtype=np.float64)
     one_d = coef.ndim == 1
     coef = coef.reshape(-1, coef.shape[-1])  # (k, n)

@@ -60,7 +60,7 @@ from peregrine.ir.spec import MethodSpec
 
 def _numeric_input(est: Any, ctx: Context, flow: Flow) -> None:
     check_no_strings(est, ctx, flow)
-    ctx.reject_nan(flow)  # check_array rejects NaN and inf in all of these
+    ctx.reject_nan(flow, est)  # check_array rejects NaN and inf in all of these
 
 
 def _linear(ctx: Context, x: str, weight: Any, bias: Any) -> str:

@@ -58,6 +58,8 @@ def model_spec(model: Any, build_head, n_features: int | None = None) -> ModelSp
     check = ctx.check_node()
     if check is not None:
         outputs[INPUT_ERRORS] = check
+    for (node, _), key in ctx.guarded.items():
+        outputs[key] = node.split("@")[0]
     graph = g.build(outputs)
     sparse_absent = ctx.sparse_absent
     if sparse_absent == "nan" and sum(x in n.inputs for n in graph.nodes) != ctx.sparse_readers:

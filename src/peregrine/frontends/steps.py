@@ -29,7 +29,7 @@ import numpy as np
 from peregrine.errors import UnsupportedModelError
 from peregrine.frontends.base import qualified_name, refuse_overrides, unsupported
 from peregrine.ir import GraphBuilder, Op
-from peregrine.ir.spec import MethodSpec
+from peregrine.ir.spec import GUARD, MethodSpec
 from peregrine.registry import TypeRegistry
 
 
@@ -68,6 +68,8 @@ class Context:
     # raw input, "refuse" when a step in front of it may or may not keep a sparse matrix sparse
     sparse_absent: str = "zero"
     sparse_readers: int = 0  # readers of the input that spliced model brought
+    # (node, kind) -> graph output name (GUARD prefix): values a step re-validates
+    guarded: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def add_check(self, node: str, what: list[tuple[str, int]]) -> None:
         self.checks.append((node, tuple(what)))
@@ -91,10 +93,29 @@ class Context:
         if node.op is Op.INPUT:
             self.sparse_absent = "refuse"
 
-    def reject_nan(self, flow: Flow) -> None:
-        """The step reading ``flow`` rejects NaN (sklearn's check_array): so must the input."""
+    def reject_nan(self, flow: Flow, est: Any = None) -> None:
+        """The step reading ``flow`` rejects NaN (sklearn's check_array): so must the input;
+        and NaN or infinity an earlier step computes (a guard, runtime/guards.py)."""
         if flow.nan:
             self.allow_nan = False
+        if any(s is None for s in flow.src):
+            self.guard(flow, est, "inf+nan")
+
+    def guard(self, flow: Flow, est: Any, kind: str) -> None:
+        """The step ``est`` re-validates ``flow`` (check_array on what earlier steps computed):
+        a graph output the runtime checks on inputs large enough to break the rule ``kind``
+        ("float32": a value float32 makes infinite, "inf": infinity; "+nan": NaN too)."""
+        name = "a step" if est is None else type(est).__name__
+        node, cols = flow.node, ""
+        sel = self.g.node(node)
+        if sel.op is Op.SELECT and self.g.node(sel.inputs[0]).op is Op.INPUT:
+            # input columns as they are (a selector's): named in the output, read from the
+            # input, so no graph node stays for the guard once the selection is folded away
+            node = sel.inputs[0]
+            cols = "@" + ",".join(str(int(c)) for c in np.asarray(sel.attrs.columns).reshape(-1))
+        key = (node + cols, kind)
+        if key not in self.guarded:
+            self.guarded[key] = f"{GUARD}{kind}:{len(self.guarded)}:{name}{cols}"
 
     def vocab(self, src: int | None, est: Any, column: int) -> Vocab:
         if src is None:
@@ -224,14 +245,21 @@ def splice_frontend(est: Any, ctx: Context, flow: Flow) -> Head:
         raise UnsupportedModelError(f"{qualified_name(est)} expects {spec.n_features} "
                                     f"columns, the pipeline gives it {flow.width}")
     check_no_strings(est, ctx, flow)
-    if not spec.allow_nan:
-        ctx.reject_nan(flow)
+    if not spec.allow_nan and flow.nan:  # (a computed NaN: the guard below)
+        ctx.allow_nan = False
     if spec.sparse_absent != "zero":  # XGBoost: absent entries of a sparse input are missing
         # its rule holds when it alone reads the raw input (model_spec counts the readers)
         raw = ctx.g.node(flow.node).op is Op.INPUT and ctx.sparse_absent == "zero"
         ctx.sparse_absent = spec.sparse_absent if raw else "refuse"
         x = next(n.name for n in spec.graph.nodes if n.op is Op.INPUT)
         ctx.sparse_readers = sum(x in n.inputs for n in spec.graph.nodes)
+    # the model validates what the steps before it computed (check_array on its input):
+    # scikit-learn's trees cast to float32 and reject the infinity that makes
+    limit32 = spec.finite_dtype == "float32" and not spec.allow_inf
+    if limit32 or (not (spec.allow_nan and spec.allow_inf) and
+                   any(s is None for s in flow.src)):
+        ctx.guard(flow, est, ("float32" if limit32 else "inf" if not spec.allow_inf else "")
+                  + ("" if spec.allow_nan else "+nan"))
     names = ctx.g.splice(spec.graph, flow.node)
     outputs = {m: names[ms.output] for m, ms in spec.methods.items()}
     methods = {m: replace(ms, output=m) for m, ms in spec.methods.items()}

@@ -14,6 +14,7 @@ from peregrine.ir.graph import Graph
 from peregrine.ir.semantics.text import TextSpec
 
 INPUT_ERRORS = "input_errors"  # graph output checked by the runtime (ModelSpec.input_checks)
+GUARD = "guard:"  # prefix of graph outputs a step validates (runtime/guards.py)
 # ModelSpec.sparse_absent: how an entry absent from a scipy.sparse input reads
 # (runtime/sparse.py, docs/sparse.md). "zero": scikit-learn, LightGBM, CatBoost; "nan": XGBoost
 # (a DMatrix from CSR/CSC treats absent entries as missing); "refuse": the source's answer

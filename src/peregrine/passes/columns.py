@@ -24,6 +24,7 @@ import itertools
 import numpy as np
 
 from peregrine.ir import Graph, Node, Op
+from peregrine.ir.spec import GUARD
 
 
 def _forest_reading(forest, cols: np.ndarray, width: int | None):
@@ -93,6 +94,27 @@ class _Rewriter:
             self.outputs = {o: new.name if v == old else v for o, v in self.outputs.items()}
         self.nodes[new.name] = new
 
+    def readers(self) -> dict[str, int]:
+        """Readers of each node on the paths to the outputs other than guards: a guard
+        (runtime/guards.py) reads the node as it was, kept whole beside the narrowed copy
+        (computed only when an input is large enough to need the check)."""
+        g = self.graph()
+        kept = {o: v for o, v in self.outputs.items() if not o.startswith(GUARD)}
+        live = g.needed(kept.values())
+        return Graph(tuple(n for n in g.nodes if n.name in live), kept).readers()
+
+    def drop(self, name: str) -> str:
+        """Remove a node its narrowed copy replaces, unless a guard still reads it; the name
+        the copy takes (a fresh one beside a kept node)."""
+        guarded = [v for o, v in self.outputs.items() if o.startswith(GUARD)]
+        if not guarded or name not in self.graph().needed(guarded):
+            del self.nodes[name]
+            return name
+        fresh = f"{name}_inj{next(self.fresh)}"
+        while fresh in self.nodes:
+            fresh = f"{name}_inj{next(self.fresh)}"
+        return fresh
+
     def graph(self) -> Graph:
         # order: toposort of the final nodes keeps every reader after what it reads
         g = Graph(tuple(self.nodes[n] for n in self.order if n in self.nodes), self.outputs)
@@ -111,14 +133,14 @@ def _push(rw: _Rewriter, name: str) -> list[str] | None:
     sel = rw.nodes[name]
     cols = np.asarray(sel.attrs.columns, dtype=np.int64).reshape(-1)
     src = rw.nodes[sel.inputs[0]]
-    readers = rw.graph().readers()
+    readers = rw.readers()
     if src.op is Op.INPUT or readers.get(src.name, 0) != 1 or src.width is None:
         return None
     if src.op is Op.SELECT:  # SELECT of SELECT: one selection
         inner = np.asarray(src.attrs.columns, dtype=np.int64).reshape(-1)
         rw.replace_node(name, dataclasses.replace(sel, inputs=src.inputs, attrs=dataclasses.replace(
             sel.attrs, columns=inner[cols])))
-        del rw.nodes[src.name]
+        rw.drop(src.name)
         return [name]
     if src.op is Op.CONCAT:
         if np.any(np.diff(cols) <= 0):
@@ -136,8 +158,8 @@ def _push(rw: _Rewriter, name: str) -> list[str] | None:
                 parts.append(_select(rw, i, local))
                 below.append(parts[-1])
         rw.saved += int(src.width) - cols.size
-        del rw.nodes[src.name]
-        rw.replace_node(name, dataclasses.replace(src, inputs=tuple(parts), width=int(cols.size)))
+        rw.replace_node(name, dataclasses.replace(src, name=rw.drop(src.name),
+                                                  inputs=tuple(parts), width=int(cols.size)))
         return below
     narrowed = src.attrs.narrow(cols)
     if narrowed is None:
@@ -149,8 +171,8 @@ def _push(rw: _Rewriter, name: str) -> list[str] | None:
         below = _select(rw, src.inputs[0], in_cols)
         more.append(below)
     rw.saved += int(src.width) - cols.size
-    del rw.nodes[src.name]
-    rw.replace_node(name, dataclasses.replace(src, inputs=(below,) + src.inputs[1:], attrs=attrs,
+    rw.replace_node(name, dataclasses.replace(src, name=rw.drop(src.name),
+                                              inputs=(below,) + src.inputs[1:], attrs=attrs,
                                               width=int(cols.size)))
     return more
 

@@ -262,6 +262,20 @@ class CompiledModel:
             fast = fast if inner is None else self._finish(method, inner)
             native = None
         generic = self._call
+        found, bound = guards(spec)
+        if found and self.options.validate_input:
+            # a step re-validates what earlier ones computed (runtime/guards.py): inputs whose
+            # sum of squares proves every |x| <= bound pass (one BLAS pass; NaN fails it); the
+            # others take the generic path, which checks exactly. The machine-code builtin
+            # checks finiteness only, so it is not used here
+            inner_fast, lim2, native = fast, bound * bound * (1 - 1e-6), None
+            dot = np.dot
+
+            def fast(X: np.ndarray) -> np.ndarray:  # noqa: F811
+                flat = X.reshape(-1)
+                with np.errstate(all="ignore"):
+                    small = float(dot(flat, flat)) < lim2
+                return inner_fast(X) if small else generic(name, X)
         if getattr(run, "checks_finite", False):
             # the kernel checked as it read the rows: no separate pass over the input
             def checked(X: np.ndarray) -> np.ndarray:
@@ -323,6 +337,8 @@ class CompiledModel:
             out = res[method.output]
         else:
             out = self._exec.run(arr, (method.output,))[method.output]
+        if self.options.validate_input:  # values a later step re-validates (after the
+            check_guards(self.spec, arr)  # encoders' checks: the earlier steps raise first)
         if method.strings:
             return _string_columns(X, self.spec, method.strings)
         # dtype "input": the source keeps a float32 input float32 (sklearn's scalers)
@@ -411,5 +427,6 @@ def build(spec: ModelSpec, backend: str, options: CompileOptions, device: str,
     return CompiledModel(spec, backend, executable, options, device, content_hash)
 
 
+from peregrine.runtime.guards import check_guards, guards  # noqa: E402
 from peregrine.runtime.inputs import beyond_float32, prepare_input  # noqa: E402  (after CompiledModel: no cycle)
 from peregrine.runtime.sparse import call_sparse, is_sparse  # noqa: E402
