@@ -32,6 +32,7 @@ from peregrine.backends.native.epilogue import Interpreter
 from peregrine.backends.native.lanes import TreeLanes, row_register_capacity  # noqa: F401
 from peregrine.backends.native.layout import BINNED_TOP_LEVELS
 from peregrine.backends.native.oblivious import ObliviousBinnedWalks
+from peregrine.backends.native.refill import RefillWalks
 from peregrine.backends.native.walks import Walks
 from peregrine.kernels.irutil import (
     F64,
@@ -61,7 +62,7 @@ CACHE_ROWS_BYTES = 64 << 10  # stack buffer for a transposed row tile (see Sched
 
 @dataclass(frozen=True)
 class KernelSpec:
-    layout: str  # "perfect" | "sparse" | "binned" | "oblivious" | "oblivious_binned"
+    layout: str  # "perfect" | "sparse" | "binned" | "oblivious" | "oblivious_binned" | "refill"
     depth: int  # PERFECT/BINNED: levels walked (0 for SPARSE: its walks read the depth per tree)
     x_dtype: str
     cmp_dtype: str
@@ -110,7 +111,7 @@ def build_module(spec: KernelSpec, triple: str = "") -> ir.Module:
     return module
 
 
-class _Kernel(Walks, BinnedWalks, ObliviousBinnedWalks, TreeLanes):
+class _Kernel(RefillWalks, Walks, BinnedWalks, ObliviousBinnedWalks, TreeLanes):
     def __init__(self, module: ir.Module, fn: ir.Function, spec: KernelSpec) -> None:
         self.spec = spec
         entry = fn.append_basic_block("entry")
@@ -174,6 +175,9 @@ class _Kernel(Walks, BinnedWalks, ObliviousBinnedWalks, TreeLanes):
             one = ir.Constant(I64, 1)
             self.loops.range(self.rb, self.re, one, lambda r: self.block_trees(r), "row")
             b.ret_void()
+            return
+        if s.layout == "refill":  # lanes refilled with rows as they reach leaves (refill.py)
+            self.emit_refill()
             return
         block = ir.Constant(I64, s.vector_width * s.interleave)
         tree_step = (ir.Constant(I64, s.tree_tile) if s.tree_tile else

@@ -318,6 +318,50 @@ class ObliviousBinned(Binned):
         return 0.1 * forest.max_depth() + 0.3 * forest.n_features / max(1, forest.n_trees)
 
 
+class Refill(Sparse):
+    """SPARSE nodes (breadth-first, siblings adjacent, leaves self-loops) packed so that one
+    64-bit gather reads a whole node: the feature word becomes ``flags | right << fb |
+    feature`` (``fb`` = bit_length(n_features - 1), the flags where every layout has them), and
+    ``layout.pack`` pairs it with the float32 threshold bits (``node``). The walks (refill.py)
+    hand a lane the next row as soon as its row reaches a leaf."""
+
+    name = "refill"
+
+    def unsupported(self, forest, cmp_dtype, target):
+        if target is None or target.isa not in ("avx512", "avx2"):
+            return "needs vector gathers (AVX2 or AVX-512)"
+        if np.dtype(cmp_dtype) != np.float32:
+            return "float64 compares: the node word holds a float32 threshold"
+        fb = refill_feature_bits(forest)
+        if forest.n_nodes >= 1 << (29 - fb):
+            return f"{forest.n_nodes} nodes do not fit {29 - fb} bits beside the feature"
+        return None
+
+    def pack_nodes(self, forest, order, words, thr, cmp_dtype, ldt):
+        out = super().pack_nodes(forest, order, words, thr, cmp_dtype, ldt)
+        word = out["feat"].view(np.uint32).astype(np.int64)
+        right = out["kid"].astype(np.int64) + 1  # a leaf's "right child" is itself
+        word = (word & ~FEATURE_MASK) | right << refill_feature_bits(forest) | (
+            word & FEATURE_MASK)
+        out["feat"] = word.astype(np.uint32).view(np.int32)
+        return out
+
+    def cost(self, forest, target):
+        # the mean root-to-leaf path over leaves (rows follow the data, not the leaf count,
+        # but this ranks it against the deepest-lane walks), plus refilling
+        level, total, count = forest.tree_offsets[:-1], 0, 0
+        for d in range(forest.max_depth() + 1):  # level by level, all trees at once
+            leaf = forest.is_leaf[level]
+            total, count = total + d * int(leaf.sum()), count + int(leaf.sum())
+            level = level[~leaf]
+            level = np.concatenate([forest.left[level], forest.right[level]])
+        return 1.0 + 1.2 * total / max(count, 1)
+
+
+def refill_feature_bits(forest: Forest) -> int:
+    return max(forest.n_features - 1, 0).bit_length()
+
+
 def node_words(forest: Forest, cmp_dtype: np.dtype) -> tuple[np.ndarray, np.ndarray]:
     """Feature word and threshold of every original node (leaves: 0 and 0)."""
     internal = ~forest.is_leaf
@@ -419,4 +463,5 @@ def aligned(n: int, dtype: np.dtype, align: int = 64) -> np.ndarray:
 
 REPRESENTATIONS: dict[Layout, Representation] = {
     Layout.PERFECT: Perfect(), Layout.SPARSE: Sparse(), Layout.BINNED: Binned(),
-    Layout.OBLIVIOUS: Oblivious(), Layout.OBLIVIOUS_BINNED: ObliviousBinned()}
+    Layout.OBLIVIOUS: Oblivious(), Layout.OBLIVIOUS_BINNED: ObliviousBinned(),
+    Layout.REFILL: Refill()}

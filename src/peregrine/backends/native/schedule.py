@@ -38,6 +38,9 @@ class Layout(enum.Enum):
     # OBLIVIOUS trees over BINNED inputs: 64 rows per byte compare, leaves looked up with byte
     # permutes of the tree's leaf table (AVX-512 VBMI), no gathers (representations.py)
     OBLIVIOUS_BINNED = "oblivious_binned"
+    # SPARSE nodes as one 64-bit word; lanes that reach a leaf take the next row, so walks cost
+    # the mean path, not the deepest (deep trees, AVX2/AVX-512 gathers; refill.py)
+    REFILL = "refill"
 
 
 class LoopOrder(enum.Enum):

@@ -25,6 +25,7 @@ import numpy as np
 from peregrine import config
 from peregrine.backends.native.codegen import CACHE_ROWS_BYTES
 from peregrine.backends.native.layout import choose_layout
+from peregrine.backends.native.refill import refill_schedule
 from peregrine.backends.native.representations import REPRESENTATIONS
 from peregrine.backends.native.schedule import Lanes, Layout, LoopOrder, Schedule
 from peregrine.ir import Forest
@@ -91,6 +92,8 @@ def heuristic(forest: Forest, target: Any, batch: int | None = None) -> Choice:
                               // block * block))
     batch_s = Schedule(layout=batch_layout, vector_width=lanes, interleave=walks, row_tile=tile,
                        cache_rows=fit >= block, node_pairs=not perfect)
+    if batch_layout is Layout.REFILL:  # lanes refilled from long row tiles (refill.py)
+        batch_s = refill_schedule(batch_s, forest)
     if fit < block:
         why.append(f"{forest.n_features} features: rows read in place, not cached")
     # 4 walks of 16 trees on AVX-512: fewer live registers than 8 (no spills around the
@@ -115,6 +118,7 @@ def cheapest_layout(forest: Forest, target: Any, layout: Layout) -> Layout:
     cmp = np.dtype(forest.input_dtype if forest.input_dtype == np.float32 else np.float64)
     options = [layout] + ([Layout.BINNED, Layout.OBLIVIOUS, Layout.OBLIVIOUS_BINNED]
                           if layout is Layout.PERFECT else [])
+    options += [Layout.REFILL] if layout is Layout.SPARSE else []
     usable = [lay for lay in options if choose_layout(forest, lay, cmp, target) is lay]
     return min(usable, key=lambda lay: REPRESENTATIONS[lay].cost(forest, target),
                default=layout)
@@ -153,11 +157,13 @@ def candidates(base: Choice, batch: int, forest: Forest | None = None,
     if forest is not None and target is not None and s.vector_width == 16:
         cmp = np.dtype(forest.input_dtype if forest.input_dtype == np.float32 else np.float64)
         for layout in (Layout.OBLIVIOUS_BINNED, Layout.OBLIVIOUS, Layout.BINNED,
-                       Layout.PERFECT):
+                       Layout.PERFECT, Layout.REFILL, Layout.SPARSE):
             if layout is not s.layout and choose_layout(forest, layout, cmp, target) is layout:
                 change = {"layout": layout, "node_pairs": False}
                 if layout is Layout.OBLIVIOUS_BINNED:  # walks in 64-row groups of 4
                     change["interleave"] = 4
+                if layout in (Layout.REFILL, Layout.SPARSE):  # deep trees: one or the other
+                    change = _deep(s, layout, forest).to_json()
                 changes.append(change)
     changes += [{"interleave": 4}, {"interleave": 8}, {"tree_tile": 16, "row_tile": 512}]
     for change in changes:
@@ -227,6 +233,8 @@ def search(forest: Forest, base: Choice, batch: int, options: CompileOptions, ta
             change = {"layout": lay, "node_pairs": lay is Layout.SPARSE}
             if lay is Layout.OBLIVIOUS_BINNED:  # walks in 64-row groups of 4
                 change["interleave"] = 4
+            if lay in (Layout.REFILL, Layout.SPARSE):
+                change = _deep(s, lay, forest).to_json()
             firsts.append(Choice(_fit(s.replace(**change), forest), few, fmax, why))
     best = stage(firsts)
     b = best.schedule
@@ -241,6 +249,15 @@ def search(forest: Forest, base: Choice, batch: int, options: CompileOptions, ta
     stage([Choice(_fit(t, forest), few, fmax, why) for t in tiles
            if t.block_rows <= max(batch, t.vector_width)])
     return tried[int(np.argmin(timings))], tried, timings
+
+
+def _deep(s: Schedule, layout: Layout, forest: Forest) -> Schedule:
+    """The other deep-tree walk for a SPARSE or REFILL schedule: REFILL's long tiles of 4
+    lane groups, or SPARSE's 8 walks over 3-block tiles (the heuristic's)."""
+    if layout is Layout.REFILL:
+        return refill_schedule(s, forest)
+    return s.replace(layout=layout, interleave=8, row_tile=3 * 8 * s.vector_width,
+                     cache_rows=True, node_pairs=True)
 
 
 def _fit(schedule: Schedule, forest: Forest) -> Schedule:
