@@ -71,6 +71,9 @@ class Emitter:
         # float32 level (export_onnx(precision="float32"): build_onnx narrows its constants)
         self.working = TensorProto.DOUBLE
         self._casts: dict[tuple[str, int], str] = {}  # (tensor, to) -> its Cast, made once
+        # a matrix Concat'ed from parts (string inputs: onnx_strings.py) -> (part, column)
+        # per column, so a column selection reads the parts (onnx_ops.lower_select)
+        self.pieces: dict[str, list[tuple[str, int]]] = {}
         self._count = 0
 
     def fresh(self, hint: str) -> str:

@@ -158,8 +158,26 @@ def _feeds_only_short_sigmoid(e: Emitter, n: Any) -> bool:
 
 @lowering(Op.SELECT)
 def lower_select(e: Emitter, n: Any, ins: list[str]) -> str:
+    """Columns in runs: every column in order is the input itself, one run a Slice (ONNX
+    Runtime's Gather along axis 1 copies one element at a time: measured 11.8 ms against
+    1.1 ms for 15 of 20 columns of 100K rows, one thread); several runs a Gather (Slices +
+    Concat: 3x faster on batches but 1.6 us more at one row), except from a matrix Concat'ed
+    from parts (string inputs, ``Emitter.pieces``), which is taken from the parts. Copies of
+    the same values either way."""
     cols = np.asarray(n.attrs.columns, dtype=np.int64).reshape(-1)
-    return e.op("Gather", [ins[0], e.const(cols)], axis=1)
+    parts = e.pieces.get(ins[0])
+    runs: list[list[Any]] = []  # [tensor, start, stop]
+    for c in cols.tolist():
+        t, k = parts[c] if parts else (ins[0], c)
+        if runs and runs[-1][0] == t and runs[-1][2] == k:
+            runs[-1][2] += 1
+        else:
+            runs.append([t, k, k + 1])
+    if len(runs) > (8 if parts else 1):
+        return e.op("Gather", [ins[0], e.const(cols)], axis=1)
+    out = [t if start == 0 and stop == e.widths.get(t) else e.columns(t, start, stop)
+           for t, start, stop in runs]
+    return out[0] if len(out) == 1 else e.op("Concat", out, axis=1)
 
 
 @lowering(Op.CONCAT)
@@ -225,10 +243,15 @@ def lower_impute(e: Emitter, n: Any, ins: list[str]) -> str:
 
 @lowering(Op.ONE_HOT)
 def lower_one_hot(e: Emitter, n: Any, ins: list[str]) -> str:
-    """Every (column, category) pair compared at once: ``match`` (n, K) 0/1, then two 0/1
-    matrix products place the matches in their slots and the no-match flags in the unknown
-    slots. Categories of a column are distinct, so each output entry is a sum of at most one
-    1.0: exact."""
+    """Every (column, category) pair compared at once, on the transposed input: ``match``
+    (K, n) 0/1 (ONNX Runtime's Gather along axis 1 copies one element at a time, along axis
+    0 a row of n values). Where each output slot is one pair's and the pairs are taken in slot
+    order (a plain one-hot: no unknown slots), the output is ``match`` transposed (as bools,
+    then widened): measured on 100K rows, 5 columns, 50 categories, ONNX Runtime 1.32, one
+    thread: 7.5 ms against 62 ms for Gather + Equal + MatMul. Otherwise two 0/1 matrix
+    products (Gemm with transA) place the matches in their slots and the no-match flags in
+    the unknown slots (30 ms there). Categories of a column are distinct, so each output
+    entry is a sum of at most one 1.0: exact."""
     a, x = n.attrs, ins[0]
     width = int(n.width)
     cols, cats, slot_of, owner = [], [], [], []
@@ -238,23 +261,34 @@ def lower_one_hot(e: Emitter, n: Any, ins: list[str]) -> str:
         cats.extend(c.tolist())
         slot_of.extend(np.asarray(s, np.int64).tolist())
         owner.extend([k] * len(c))
-    cats_a = np.asarray(cats, np.float64)[None, :]
-    picked = e.op("Gather", [x, e.const(np.asarray(cols, np.int64))], axis=1)
+    unknown = np.asarray(a.unknown_slots, np.int64).reshape(-1)
+    slots = np.asarray(slot_of, np.int64)
+    order = np.argsort(slots, kind="stable")
+    plain = not (unknown >= 0).any() and np.array_equal(
+        slots[order][slots[order] >= 0], np.arange(width))
+    if plain:  # only the pairs that own a slot, in slot order
+        keep = order[slots[order] >= 0]
+        cols = [cols[i] for i in keep]
+        cats = [cats[i] for i in keep]
+    cats_a = np.asarray(cats, np.float64)[:, None]
+    xt = e.op("Transpose", [x], perm=[1, 0])
+    picked = e.op("Gather", [xt, e.const(np.asarray(cols, np.int64))], axis=0)
     match = e.op("Equal", [picked, e.const(cats_a)])
     if np.isnan(cats_a).any():  # NaN matches a NaN category
         nan_cat = e.const(np.isnan(cats_a))
         match = e.op("Or", [match, e.op("And", [e.op("IsNaN", [picked]), nan_cat])])
+    if plain:
+        return e.op("Cast", [e.op("Transpose", [match], perm=[1, 0])], to=DOUBLE)
     match = e.op("Cast", [match], to=DOUBLE)
     place = np.zeros((len(cats), width))
     for k, s in enumerate(slot_of):
         if s >= 0:
             place[k, s] = 1.0
-    out = e.op("MatMul", [match, e.const(place)])
-    unknown = np.asarray(a.unknown_slots, np.int64).reshape(-1)
+    out = e.op("Gemm", [match, e.const(place)], transA=1)
     if (unknown >= 0).any():
         per_col = np.zeros((len(cats), len(a.columns)))
         per_col[np.arange(len(cats)), owner] = 1.0
-        found = e.op("MatMul", [match, e.const(per_col)])
+        found = e.op("Gemm", [match, e.const(per_col)], transA=1)
         none = e.op("Cast", [e.op("Equal", [found, e.const(np.asarray(0.0))])], to=DOUBLE)
         spread = np.zeros((len(a.columns), width))
         for k, s in enumerate(unknown):

@@ -77,9 +77,11 @@ def lower_string_inputs(e: Any, spec: Any, names: dict[int, str], x_name: str,
         inputs.append(helper.make_tensor_value_info(x_name, x_elem, [rows, len(numeric)]))
     pieces, run_start = [], None  # runs of numeric columns: one Slice of X each
     at = {j: k for k, j in enumerate(numeric)}
+    where: list[tuple[str, int]] = []  # per column: (X or its code tensor, column there)
     for j in range(d + 1):
         if j < d and j in at:
             run_start = j if run_start is None else run_start
+            where.append((x_name, at[j]))
             continue
         if run_start is not None:
             lo = at[run_start]
@@ -101,7 +103,11 @@ def lower_string_inputs(e: Any, spec: Any, names: dict[int, str], x_name: str,
                     values_floats=values, default_float=float("nan"))
         e.dtypes[code] = TensorProto.FLOAT
         pieces.append(e.cast(code, x_elem))
+        e.widths[pieces[-1]] = 1
+        where.append((pieces[-1], 0))
     out = pieces[0] if len(pieces) == 1 else e.op("Concat", pieces, axis=1)
+    e.widths[x_name] = len(numeric)
+    e.pieces[out] = where
     return out, inputs
 
 
