@@ -31,6 +31,7 @@ def string_missing_code(est: Any, ctx: Context, flow: Flow) -> float:
     check node reproduces (InputError)."""
     for i, s in enumerate(flow.src):
         ctx.vocab(s, est, i)
+    ctx.reject_na(flow, est)  # its missing-value mask raises TypeError on pd.NA
     if is_scalar_nan(est.missing_values):
         return 0.0
     node = ctx.g.add(Op.ONE_HOT, (flow.node,), width=flow.width, columns=np.arange(flow.width),

@@ -83,6 +83,19 @@ class Context:
             return nodes[0]
         return self.g.add(Op.CONCAT, tuple(nodes), width=sum(len(w) for _, w in self.checks))
 
+    def reject_na(self, flow: Flow, est: Any) -> None:
+        """``est`` masks missing values with ``X != X`` / ``X == None`` on string input
+        columns, which raises TypeError on pd.NA: the boundary rejects pd.NA there
+        (runtime/guards.py ``na_columns``)."""
+        cols = sorted({int(s) for s in flow.src if s is not None})
+        if not cols:
+            return
+        x = next(n.name for n in self.g._nodes if n.op is Op.INPUT)
+        at = "@" + ",".join(map(str, cols))
+        key = (x + at, "na")
+        if key not in self.guarded:
+            self.guarded[key] = f"{GUARD}na:{len(self.guarded)}:{type(est).__name__}{at}"
+
     def refuse_sparse(self, flow: Flow) -> None:
         """The step reading ``flow`` refuses a scipy.sparse matrix (StandardScaler centring
         one, HistGradientBoosting): when ``flow`` is the raw input or columns of it, a sparse

@@ -58,10 +58,12 @@ def _is_nan(v: Any) -> bool:
 
 
 def _finish(pos: np.ndarray, missing: np.ndarray, categories: tuple, values: Any, name: Any,
-            unknown_error: bool, nulls: Any = None) -> np.ndarray:
+            unknown_error: bool, nulls: Any = None, na_error: str = "") -> np.ndarray:
     """pos: int positions (-1 unseen or missing); missing: bool mask of missing inputs;
     ``nulls``: the values of the missing rows (None: read them from ``values``), needed only
-    where the map tells None from NaN."""
+    where the map tells None from NaN. ``na_error``: the step that cannot take pd.NA (a
+    string imputer or MissingIndicator: scikit-learn's ``X != X`` mask raises TypeError,
+    "boolean value of NA is ambiguous"), or "" where pd.NA is an unseen value."""
     split = is_vocabulary(categories)
     if split and missing.any():
         rows = np.flatnonzero(missing)
@@ -72,6 +74,11 @@ def _finish(pos: np.ndarray, missing: np.ndarray, categories: tuple, values: Any
                 pos[r] = 1
             elif _is_nan(v):
                 pos[r] = 0
+            elif na_error:
+                raise InputError(
+                    f"column {name!r} holds pd.NA (row {int(r)}); {na_error} cannot tell "
+                    "whether it is missing (scikit-learn raises TypeError: boolean value of "
+                    "NA is ambiguous); use np.nan or None")
             else:  # pd.NA: scikit-learn's encoders find it among no categories
                 pos[r], missing[r] = -1, False
     if unknown_error:
@@ -93,7 +100,7 @@ def _finish(pos: np.ndarray, missing: np.ndarray, categories: tuple, values: Any
 
 
 def _arrow_lookup(arr: Any, categories: tuple, values: Any, name: Any,
-                  unknown_error: bool) -> np.ndarray:
+                  unknown_error: bool, na_error: str = "") -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -111,7 +118,8 @@ def _arrow_lookup(arr: Any, categories: tuple, values: Any, name: Any,
     nulls = None
     if is_vocabulary(categories) and missing.any():
         nulls = values.take(np.flatnonzero(missing))  # Arrow made None and NaN alike
-    return _finish(where[hit], missing, categories, values, name, unknown_error, nulls)
+    return _finish(where[hit], missing, categories, values, name, unknown_error, nulls,
+                   na_error)
 
 
 def _as_arrow_strings(values: Any) -> Any:
@@ -138,7 +146,7 @@ def _as_arrow_strings(values: Any) -> Any:
 
 
 def category_codes(col: Any, categories: tuple | None, name: Any,
-                   unknown_error: bool = False) -> np.ndarray:
+                   unknown_error: bool = False, na_error: str = "") -> np.ndarray:
     """Float codes of one column (a pandas Series or a 1-D numpy object array)."""
     import pandas as pd
 
@@ -162,7 +170,7 @@ def category_codes(col: Any, categories: tuple | None, name: Any,
     categories = tuple(categories or ())
     arr = _as_arrow_strings(col)
     if arr is not None:
-        return _arrow_lookup(arr, categories, _ValuesAt(col), name, unknown_error)
+        return _arrow_lookup(arr, categories, _ValuesAt(col), name, unknown_error, na_error)
     values = np.asarray(col.to_numpy(dtype=object) if hasattr(col, "to_numpy") else col,
                         dtype=object)
     # get_indexer: -1 for unseen values, without pandas' deprecation of unseen values in
@@ -171,7 +179,7 @@ def category_codes(col: Any, categories: tuple | None, name: Any,
     pos = _index_of(categories, values)
     missing = np.asarray(pd.isna(values), dtype=bool)
     pos[missing] = -1
-    return _finish(pos, missing, categories, values, name, unknown_error)
+    return _finish(pos, missing, categories, values, name, unknown_error, na_error=na_error)
 
 
 # categories tuple id -> (the tuple, {string category: position}); the tuple is kept so an id
@@ -179,8 +187,8 @@ def category_codes(col: Any, categories: tuple | None, name: Any,
 _STRING_POSITIONS: dict[int, tuple[tuple, dict]] = {}
 
 
-def few_codes(values: np.ndarray, categories: tuple, name: Any, unknown_error: bool = False
-              ) -> np.ndarray | None:
+def few_codes(values: np.ndarray, categories: tuple, name: Any, unknown_error: bool = False,
+              na_error: str = "") -> np.ndarray | None:
     """``category_codes`` of a few string values (a 1-D object array) by dictionary lookups:
     for an online request the vectorised lookups' set-up (an Arrow array, a hash table per
     call) costs ~80 us a column, a dict lookup ~0.1 us a value. Same codes: a string is found
@@ -206,8 +214,9 @@ def few_codes(values: np.ndarray, categories: tuple, name: Any, unknown_error: b
             pos[r], missing[r] = -1, True  # placed by _finish (None vs NaN vs pd.NA)
         else:
             return None
-    if unknown_error and (pos < 0).any():  # (pd.NA may be unseen: _finish decides)
-        return _finish(pos, missing, categories, values, name(), unknown_error)
+    if (unknown_error or na_error) and (pos < 0).any():  # (pd.NA: _finish decides)
+        return _finish(pos, missing, categories, values, name(), unknown_error,
+                       na_error=na_error)
     return _finish(pos, missing, categories, values, None, False)
 
 

@@ -44,13 +44,36 @@ def guards(spec: ModelSpec) -> tuple[tuple, float]:
     if entry is not None and entry[0] is spec:
         return entry[1], entry[2]
     # "guard:<kind>:<k>:<step>[@<input columns>]"
-    found = tuple((o, *o[len(GUARD):].split("@")[0].split(":", 2)[::2])
-                  for o in spec.graph.outputs if o.startswith(GUARD))
+    found = tuple(g for g in ((o, *o[len(GUARD):].split("@")[0].split(":", 2)[::2])
+                              for o in spec.graph.outputs if o.startswith(GUARD))
+                  if g[1] != "na")
     m = _safe_magnitude(spec, found) if found else math.inf
     if len(_CACHE) > 4096:
         _CACHE.clear()
     _CACHE[id(spec)] = (spec, found, m)
     return found, m
+
+
+_NA: dict[int, tuple[ModelSpec, dict[int, str]]] = {}
+
+
+def na_columns(spec: ModelSpec) -> dict[int, str]:
+    """Input string columns a step reads that cannot take pd.NA (guards of kind "na": a
+    string SimpleImputer or MissingIndicator, whose ``X != X`` mask raises TypeError on it),
+    each with that step's name: the boundary raises InputError there (categories.py)."""
+    entry = _NA.get(id(spec))
+    if entry is not None and entry[0] is spec:
+        return entry[1]
+    out: dict[int, str] = {}
+    for o in spec.graph.outputs:
+        if o.startswith(GUARD + "na:") and "@" in o:
+            head, cols = o.split("@", 1)
+            for c in cols.split(","):
+                out.setdefault(int(c), head.split(":", 3)[3])
+    if len(_NA) > 4096:
+        _NA.clear()
+    _NA[id(spec)] = (spec, out)
+    return out
 
 
 def _limit(kind: str) -> float:

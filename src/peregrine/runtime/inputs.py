@@ -14,6 +14,7 @@ from peregrine.ir import Op
 from peregrine.ir.spec import ModelSpec
 from peregrine.runtime.cat_hash import hash_column
 from peregrine.runtime.categories import category_codes, few_codes, is_vocabulary
+from peregrine.runtime.guards import na_columns
 from peregrine.runtime.sparse import densify, is_sparse
 
 
@@ -208,6 +209,7 @@ def _from_dataframe(df: Any, spec: ModelSpec) -> np.ndarray:
         for j, k in other)
     all_f32 = set(groups) == {np.dtype(np.float32)} and coded
     read = read_columns(spec)
+    na = na_columns(spec)  # columns whose pd.NA a step cannot take
     if read is not None:  # columns no step reads (a ColumnTransformer's dropped remainder,
         # an ID column, one-hot blocks the trees never split on): not converted, not looked
         # up, not rejected (scikit-learn never looks at them either); their zeros are unread
@@ -234,7 +236,8 @@ def _from_dataframe(df: Any, spec: ModelSpec) -> np.ndarray:
         if arrays is not None and j in spec.category_maps and j not in spec.hash_columns and \
                 not isinstance(dtypes[k], pd.CategoricalDtype) and dtypes[k].kind not in "fiub":
             codes = few_codes(np.asarray(arrays[k], dtype=object), spec.category_maps[j],
-                              lambda k=k: df.columns[k], j in spec.category_unknown_error)
+                              lambda k=k: df.columns[k], j in spec.category_unknown_error,
+                              na.get(j, ""))
             if codes is not None:
                 out[:, j] = codes
                 continue
@@ -249,7 +252,7 @@ def _from_dataframe(df: Any, spec: ModelSpec) -> np.ndarray:
             j in spec.category_maps and col.dtype.kind not in "fiub"
         ):
             out[:, j] = category_codes(col, spec.category_maps.get(j), name,
-                                       j in spec.category_unknown_error)
+                                       j in spec.category_unknown_error, na.get(j, ""))
         else:
             out[:, j] = _other_column(col, name)
     return out
@@ -342,7 +345,8 @@ def _from_object_array(X: np.ndarray, spec: ModelSpec) -> np.ndarray:
         if col.dtype.kind == "O" and not is_vocabulary(cats) and _all_numbers(col):
             out[:, j] = col.astype(np.float64)
             continue
-        out[:, j] = category_codes(col, cats, j, j in spec.category_unknown_error)
+        out[:, j] = category_codes(col, cats, j, j in spec.category_unknown_error,
+                                   na_columns(spec).get(j, ""))
     return out
 
 
