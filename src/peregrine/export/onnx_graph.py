@@ -74,6 +74,8 @@ class Emitter:
         # a matrix Concat'ed from parts (string inputs: onnx_strings.py) -> (part, column)
         # per column, so a column selection reads the parts (onnx_ops.lower_select)
         self.pieces: dict[str, list[tuple[str, int]]] = {}
+        # a CONCAT's output -> its parts, for a LINEAR reading it (onnx_ops.lower_linear)
+        self.concat_parts: dict[str, list[str]] = {}
         self._count = 0
 
     def fresh(self, hint: str) -> str:

@@ -139,14 +139,29 @@ def lower_linear(e: Emitter, n: Any, ins: list[str]) -> str:
     a = n.attrs
     w = np.asarray(a.weight, np.float64)
     bias = np.asarray(a.bias, np.float64).reshape(1, -1)  # (out,): Linear.check
-    if _feeds_only_short_sigmoid(e, n):
+    negated = _feeds_only_short_sigmoid(e, n)
+    if negated:
         # -v, which the short sigmoid's exp(-v) takes (a Neg node less): rounding to nearest
         # is symmetric, so every product and partial sum is the exact negation of the
         # original's and the Gemm returns -v to the bit
-        out = e.op("Gemm", [ins[0], e.const(-w), e.const(-bias)])
+        w, bias = -w, -bias
+    parts = e.concat_parts.get(ins[0])
+    if parts and all(e.dtypes.get(p) == e.dtypes.get(ins[0]) for p in parts):
+        # x = Concat(parts): one Gemm per part, each adding the previous partial sum as its
+        # C (the first the bias), instead of writing the concatenated matrix (100K x 65
+        # doubles after a ColumnTransformer). One more rounding per part, of a partial sum
+        # of the same products: still a few ulps of sum |x_i w_i| + |b|, the bound of a sum
+        # in the runtime's order (docs/export.md, "Faster forms")
+        out, start = e.const(bias), 0
+        for p in parts:
+            width = int(e.widths[p])
+            out = e.op("Gemm", [p, e.const(w[start:start + width]), out])
+            start += width
+    else:
+        out = e.op("Gemm", [ins[0], e.const(w), e.const(bias)])
+    if negated:
         e.negated.add(out)
-        return out
-    return e.op("Gemm", [ins[0], e.const(w), e.const(bias)])
+    return out
 
 
 def _feeds_only_short_sigmoid(e: Emitter, n: Any) -> bool:
@@ -182,7 +197,11 @@ def lower_select(e: Emitter, n: Any, ins: list[str]) -> str:
 
 @lowering(Op.CONCAT)
 def lower_concat(e: Emitter, n: Any, ins: list[str]) -> str:
-    return e.op("Concat", [e.to_work(i) for i in ins], axis=1)
+    parts = [e.to_work(i) for i in ins]
+    out = e.op("Concat", parts, axis=1)
+    if all(isinstance(e.widths.get(p), int) for p in parts):
+        e.concat_parts[out] = parts  # a LINEAR after it may read the parts (lower_linear)
+    return out
 
 
 @lowering(Op.CENTER_SCALE)
