@@ -87,14 +87,7 @@ class Context:
         """``est`` masks missing values with ``X != X`` / ``X == None`` on string input
         columns, which raises TypeError on pd.NA: the boundary rejects pd.NA there
         (runtime/guards.py ``na_columns``)."""
-        cols = sorted({int(s) for s in flow.src if s is not None})
-        if not cols:
-            return
-        x = next(n.name for n in self.g._nodes if n.op is Op.INPUT)
-        at = "@" + ",".join(map(str, cols))
-        key = (x + at, "na")
-        if key not in self.guarded:
-            self.guarded[key] = f"{GUARD}na:{len(self.guarded)}:{type(est).__name__}{at}"
+        self._input_columns(flow, est, "na")
 
     def refuse_sparse(self, flow: Flow) -> None:
         """The step reading ``flow`` refuses a scipy.sparse matrix (StandardScaler centring
@@ -113,6 +106,19 @@ class Context:
             self.allow_nan = False
         if any(s is None for s in flow.src):
             self.guard(flow, est, "inf+nan")
+        self._input_columns(flow, est, "input")
+
+    def _input_columns(self, flow: Flow, est: Any, kind: str) -> None:
+        """A graph output naming the input columns ``est`` reads as they are (the boundary
+        checks them even where no op reads them: runtime/inputs.py, guards.py)."""
+        cols = sorted({int(s) for s in flow.src if s is not None})
+        if not cols:
+            return
+        x = next(n.name for n in self.g._nodes if n.op is Op.INPUT)
+        at = "@" + ",".join(map(str, cols))
+        name = "a step" if est is None else type(est).__name__
+        if (x + at, kind) not in self.guarded:
+            self.guarded[(x + at, kind)] = f"{GUARD}{kind}:{len(self.guarded)}:{name}{at}"
 
     def guard(self, flow: Flow, est: Any, kind: str) -> None:
         """The step ``est`` re-validates ``flow`` (check_array on what earlier steps computed):

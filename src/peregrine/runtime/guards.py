@@ -46,7 +46,7 @@ def guards(spec: ModelSpec) -> tuple[tuple, float]:
     # "guard:<kind>:<k>:<step>[@<input columns>]"
     found = tuple(g for g in ((o, *o[len(GUARD):].split("@")[0].split(":", 2)[::2])
                               for o in spec.graph.outputs if o.startswith(GUARD))
-                  if g[1] != "na")
+                  if g[1] not in ("na", "input"))  # boundary checks (inputs.py)
     m = _safe_magnitude(spec, found) if found else math.inf
     if len(_CACHE) > 4096:
         _CACHE.clear()
