@@ -196,3 +196,16 @@ def test_nan_and_none_categories_round_trip_through_the_metadata(tmp_path):
     label, proba = session(path).run(["label", "probabilities"], {"X": X})
     assert np.array_equal(label, model.predict(rows))
     np.testing.assert_allclose(proba, model.predict_proba(rows), rtol=RTOL, atol=ATOL)
+
+
+def test_triton_repository_with_string_inputs(tmp_path):
+    from peregrine.export import write_triton_repository
+
+    df, y = _frame(seed=8, n=300)
+    model = _pipeline().fit(df, y)
+    report = write_triton_repository(peregrine.compile(model), tmp_path / "repo", name="m",
+                                     string_inputs=True)
+    config = (tmp_path / "repo" / "m" / "config.pbtxt").read_text()
+    assert 'name: "colour"' in config and "TYPE_STRING" in config
+    label = session(report.path).run(["label"], _feed(_test_rows()))[0]
+    assert np.array_equal(label, model.predict(_test_rows()))

@@ -260,63 +260,6 @@ def lower_impute(e: Emitter, n: Any, ins: list[str]) -> str:
     return e.op("Where", [hit, e.row(a.values), x])
 
 
-@lowering(Op.ONE_HOT)
-def lower_one_hot(e: Emitter, n: Any, ins: list[str]) -> str:
-    """Every (column, category) pair compared at once, on the transposed input: ``match``
-    (K, n) 0/1 (ONNX Runtime's Gather along axis 1 copies one element at a time, along axis
-    0 a row of n values). Where each output slot is one pair's and the pairs are taken in slot
-    order (a plain one-hot: no unknown slots), the output is ``match`` transposed (as bools,
-    then widened): measured on 100K rows, 5 columns, 50 categories, ONNX Runtime 1.32, one
-    thread: 7.5 ms against 62 ms for Gather + Equal + MatMul. Otherwise two 0/1 matrix
-    products (Gemm with transA) place the matches in their slots and the no-match flags in
-    the unknown slots (30 ms there). Categories of a column are distinct, so each output
-    entry is a sum of at most one 1.0: exact."""
-    a, x = n.attrs, ins[0]
-    width = int(n.width)
-    cols, cats, slot_of, owner = [], [], [], []
-    for k, (j, c, s) in enumerate(zip(a.columns, a.categories, a.slots)):
-        c = np.asarray(c, np.float64)
-        cols.extend([int(j)] * len(c))
-        cats.extend(c.tolist())
-        slot_of.extend(np.asarray(s, np.int64).tolist())
-        owner.extend([k] * len(c))
-    unknown = np.asarray(a.unknown_slots, np.int64).reshape(-1)
-    slots = np.asarray(slot_of, np.int64)
-    order = np.argsort(slots, kind="stable")
-    plain = not (unknown >= 0).any() and np.array_equal(
-        slots[order][slots[order] >= 0], np.arange(width))
-    if plain:  # only the pairs that own a slot, in slot order
-        keep = order[slots[order] >= 0]
-        cols = [cols[i] for i in keep]
-        cats = [cats[i] for i in keep]
-    cats_a = np.asarray(cats, np.float64)[:, None]
-    xt = e.op("Transpose", [x], perm=[1, 0])
-    picked = e.op("Gather", [xt, e.const(np.asarray(cols, np.int64))], axis=0)
-    match = e.op("Equal", [picked, e.const(cats_a)])
-    if np.isnan(cats_a).any():  # NaN matches a NaN category
-        nan_cat = e.const(np.isnan(cats_a))
-        match = e.op("Or", [match, e.op("And", [e.op("IsNaN", [picked]), nan_cat])])
-    if plain:
-        return e.op("Cast", [e.op("Transpose", [match], perm=[1, 0])], to=DOUBLE)
-    match = e.op("Cast", [match], to=DOUBLE)
-    place = np.zeros((len(cats), width))
-    for k, s in enumerate(slot_of):
-        if s >= 0:
-            place[k, s] = 1.0
-    out = e.op("Gemm", [match, e.const(place)], transA=1)
-    if (unknown >= 0).any():
-        per_col = np.zeros((len(cats), len(a.columns)))
-        per_col[np.arange(len(cats)), owner] = 1.0
-        found = e.op("Gemm", [match, e.const(per_col)], transA=1)
-        none = e.op("Cast", [e.op("Equal", [found, e.const(np.asarray(0.0))])], to=DOUBLE)
-        spread = np.zeros((len(a.columns), width))
-        for k, s in enumerate(unknown):
-            if s >= 0:
-                spread[k, s] = 1.0
-        out = e.op("Add", [out, e.op("MatMul", [none, e.const(spread)])])
-    return out
-
-
 @lowering(Op.POLYNOMIAL)
 def lower_polynomial(e: Emitter, n: Any, ins: list[str]) -> str:
     """The rule's repeated products, factor by factor: a column of ones pads outputs with
