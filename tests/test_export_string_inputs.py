@@ -93,6 +93,9 @@ def test_string_inputs_with_a_sample_frame_and_fixed_batch(tmp_path):
     report = export_onnx(peregrine.compile(model), path, string_inputs=True, batch=50,
                          sample=_test_rows().iloc[:120])
     assert report.rows == 120
+    rows = _test_rows().iloc[:60].to_numpy(object)  # an object array as the sample
+    assert export_onnx(peregrine.compile(model), tmp_path / "o.onnx", string_inputs=True,
+                       sample=rows).rows == 60
     test = _test_rows().iloc[:50]
     label, proba = session(path).run(["label", "probabilities"], _feed(test))
     assert np.array_equal(label, model.predict(test))

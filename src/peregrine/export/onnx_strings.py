@@ -115,23 +115,25 @@ def string_feed(compiled: Any, names: dict[int, str], x_name: str, x_dtype: Any,
                 rows: Any, X: np.ndarray | None, seed: int = 0
                 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """The file's inputs for some rows and the compiled model's matrix for the same rows.
-    ``rows`` a DataFrame: its own strings (a missing value as ``""``). Otherwise ``X``
+    ``rows`` a DataFrame or object array: its own strings (a missing value as ``""``); else ``X``
     (codes): each code's category (a missing category as ``""``), a NaN code ``""`` or an
     unseen string (not for a handle_unknown='error' column). The compiled model's matrix
     is the runtime's conversion of the same values (``""`` given as NaN)."""
     spec = compiled.spec
     d = spec.n_features
-    values = np.empty((len(X) if rows is None or not hasattr(rows, "columns") else len(rows),
-                       d), dtype=object)
-    if rows is not None and hasattr(rows, "columns"):
+    values = np.empty((len(X) if rows is None else len(rows), d), dtype=object)
+    if rows is not None:  # a DataFrame or an object array in the model's column order
         codes = np.asarray(compiled.model_input(rows), dtype=np.float64)
         for j in range(d):
             values[:, j] = codes[:, j]
         for j in names:
-            col = rows[spec.feature_names[j]] if spec.feature_names else rows.iloc[:, j]
+            if hasattr(rows, "columns"):
+                col = (rows[spec.feature_names[j]] if spec.feature_names
+                       else rows.iloc[:, j]).to_numpy(object)
+            else:
+                col = np.asarray(rows, dtype=object).reshape(len(rows), -1)[:, j]
             # None, NaN and pd.NA are all "" in a string tensor: the NaN category here
-            values[:, j] = [v if isinstance(v, str) else float("nan")
-                            for v in col.to_numpy(object)]
+            values[:, j] = [v if isinstance(v, str) else float("nan") for v in col]
     else:
         assert X is not None
         rng = np.random.default_rng(seed)
