@@ -212,3 +212,27 @@ def test_triton_repository_with_string_inputs(tmp_path):
     assert 'name: "colour"' in config and "TYPE_STRING" in config
     label = session(report.path).run(["label"], _feed(_test_rows()))[0]
     assert np.array_equal(label, model.predict(_test_rows()))
+
+
+def test_handle_unknown_error_column_validates_on_known_strings(tmp_path):
+    """An encoder with handle_unknown='error' rejects unseen and missing strings in the
+    compiled model (the file cannot raise): the generated validation rows give that column
+    mostly known strings, so most rows are validated, not left out."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OrdinalEncoder
+
+    df, y = _frame(seed=9, n=400)
+    df = df.assign(colour=df["colour"].fillna("red"))
+    model = make_pipeline(ColumnTransformer([("o", OrdinalEncoder(), ["colour", "shape"])],
+                                            remainder="passthrough"),
+                          HistGradientBoostingClassifier(max_iter=10)).fit(df, y)
+    path = tmp_path / "e.onnx"
+    report = export_onnx(peregrine.compile(model), path, string_inputs=True)
+    assert report.rows > 300
+    test, _ = _frame(seed=10, n=100)
+    test = test.assign(colour=test["colour"].fillna("green"))
+    label, proba = session(path).run(["label", "probabilities"], _feed(test))
+    assert np.array_equal(label, model.predict(test))
+    np.testing.assert_allclose(proba, model.predict_proba(test), rtol=RTOL, atol=ATOL)

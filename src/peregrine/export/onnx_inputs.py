@@ -30,9 +30,6 @@ def validation_rows(compiled: Any, n: int = 512, seed: int = 0) -> np.ndarray:
             # edge to probe there, and inf is no row for a source that rejects it
             if np.isfinite(t):
                 pools[j].append(float(t))
-    for j, cats in spec.category_maps.items():  # codes: each category, missing / unseen NaN
-        codes = rng.integers(0, max(len(cats), 1), n).astype(np.float64)
-        X[:, j] = np.where(rng.random(n) < 0.1, np.nan, codes)
     for j, pool in enumerate(pools):
         if pool:
             t = rng.choice(np.asarray(pool), size=n)
@@ -45,6 +42,11 @@ def validation_rows(compiled: Any, n: int = 512, seed: int = 0) -> np.ndarray:
             cand = np.where(np.isfinite(cand), cand, t[:, None])
             pick = cand[np.arange(n), rng.integers(0, cand.shape[1], n)]
             X[:, j] = np.where(rng.random(n) < 0.8, pick, X[:, j])
+    # codes: each category, missing / unseen NaN; after the thresholds, which index the
+    # forests' own features (a pipeline's encoded columns), not necessarily these columns
+    for j, cats in spec.category_maps.items():
+        codes = rng.integers(0, max(len(cats), 1), n).astype(np.float64)
+        X[:, j] = np.where(rng.random(n) < 0.1, np.nan, codes)
     if spec.allow_nan:
         X[rng.random((n, d)) < 0.08] = np.nan
     if spec.allow_inf:

@@ -143,11 +143,15 @@ def string_feed(compiled: Any, names: dict[int, str], x_name: str, x_dtype: Any,
             unseen_ok = j not in spec.category_unknown_error
             col = []
             for c in X[:, j]:
-                if c == c and 0 <= c < len(cats) and c == int(c):
-                    v = cats[int(c)]
-                    col.append(v if isinstance(v, str) else float("nan"))
-                else:
-                    col.append(UNSEEN if unseen_ok and rng.random() < 0.5 else float("nan"))
+                v = cats[int(c)] if c == c and 0 <= c < len(cats) and c == int(c) else None
+                if isinstance(v, str):
+                    col.append(v)
+                elif unseen_ok:  # a missing category, NaN or a code no category has
+                    col.append(UNSEEN if rng.random() < 0.5 else float("nan"))
+                else:  # a missing or unseen value is rejected there: mostly known strings
+                    known = [v for v in cats if isinstance(v, str)]
+                    col.append(known[int(rng.integers(len(known)))] if known and
+                               rng.random() < 0.8 else float("nan"))
             values[:, j] = col
     expected = np.asarray(compiled.model_input(values), dtype=np.float64)
     feed: dict[str, np.ndarray] = {}
