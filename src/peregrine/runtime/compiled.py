@@ -272,7 +272,7 @@ class CompiledModel:
             dot = np.dot
 
             def fast(X: np.ndarray) -> np.ndarray:  # noqa: F811
-                flat = X.reshape(-1)
+                flat = X.ravel(order="K")  # a view of a C- or F-ordered matrix
                 with np.errstate(all="ignore"):
                     small = float(dot(flat, flat)) < lim2
                 return inner_fast(X) if small else generic(name, X)

@@ -175,7 +175,12 @@ def check_guards(spec: ModelSpec, arr: Any) -> None:
     x = arr if isinstance(arr, np.ndarray) else arr.detach().cpu().numpy()
     if not x.size:
         return
-    flat = x.reshape(-1)
+    from peregrine.runtime.inputs import read_columns  # (inputs imports this module)
+
+    read = read_columns(spec)  # the columns the graph and its guards read (the others: a
+    probe = x if read is None or len(read) >= x.shape[1] else \
+        x[:, np.asarray(sorted(read), dtype=np.intp)]  # frame's unconverted zeros)
+    flat = probe.ravel(order="K")  # a view of a C- or F-ordered matrix
     # NaN-ignoring max and min: no (rows, columns) temporary on the common path
     if np.fmax.reduce(flat) <= m and np.fmin.reduce(flat) >= -m:
         return
