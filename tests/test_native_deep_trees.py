@@ -127,13 +127,15 @@ def test_refill_refuses_what_it_cannot_hold():
 def test_heuristic_picks_refill_for_deep_float32_trees_and_the_tuner_measures_it(
         tmp_path, monkeypatch):
     monkeypatch.setenv("PEREGRINE_CACHE_DIR", str(tmp_path))
-    deep = random_forest(seed=1, depth=16, p_leaf=0.25, n_trees=2, **FLOAT32_IN)
+    deep = random_forest(seed=1, depth=24, p_leaf=0.4, n_trees=2, **FLOAT32_IN)  # unbalanced
     choice = tune.heuristic(deep, HOST)
     assert choice.schedule.layout is Layout.REFILL
     assert choice.few_rows.layout is Layout.SPARSE  # one row: trees in the lanes
     assert "refill" in choice.why
     measured = tune.choose_schedule(deep, CompileOptions(batch_size=2048), HOST, 1)
     assert "refill" in measured.why and "sparse" in measured.why  # both were measured
+    balanced = random_forest(seed=1, depth=12, p_leaf=0.0, n_trees=3, **FLOAT32_IN)
+    assert tune.heuristic(balanced, HOST).schedule.layout is Layout.SPARSE  # no lanes idle
 
 
 # ---------------------------------------------------------------- scikit-learn trees --
