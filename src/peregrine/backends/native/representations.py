@@ -47,6 +47,10 @@ The walks that read each representation are in ``walks.py`` (``Walks.walk``), ke
   (CatBoost's symmetric trees; a shallower tree's padding levels qualify too). A walk reads
   each level's node once for all lanes, and every lane's input for it is one contiguous load
   from the transposed row tile: only the leaf is gathered.
+* REFILL: SPARSE nodes whose feature word also holds the right child, ``flags | right << fb |
+  feature`` (``fb`` = bit_length(n_features - 1)), so with the float32 threshold one 64-bit
+  gather reads a whole node. Walks with rows in the lanes hand a lane the next row as soon as
+  its row reaches a leaf (refill.py): deep, unbalanced trees cost their mean path, not the max.
 """
 
 from __future__ import annotations
