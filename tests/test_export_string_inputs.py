@@ -84,6 +84,17 @@ def test_string_columns_are_string_inputs(tmp_path):
     np.testing.assert_allclose(proba, model.predict_proba(test), rtol=RTOL, atol=ATOL)
 
 
+def test_the_compiled_models_method_takes_string_inputs(tmp_path):
+    df, y = _frame()
+    model = _pipeline().fit(df, y)
+    path = tmp_path / "m.onnx"
+    report = peregrine.compile(model).export_onnx(path, string_inputs=True)
+    assert report.inputs["colour"] == ("object", ["N", 1])
+    test = _test_rows()
+    label, _ = session(path).run(["label", "probabilities"], _feed(test))
+    assert np.array_equal(label, model.predict(test))
+
+
 def test_string_inputs_with_a_sample_frame_and_fixed_batch(tmp_path):
     from sklearn.ensemble import HistGradientBoostingClassifier
 

@@ -175,9 +175,10 @@ class CompiledModel:
     def export_onnx(self, path: str | os.PathLike, *, opset: int | None = None,
                     batch: int | str = "dynamic", ml_ops: str = "auto",
                     sample: Any = None, input_dtype: str | None = None,
-                    precision: Any = "auto") -> Any:
+                    precision: Any = "auto", string_inputs: bool = False) -> Any:
         """Write this program as an ONNX model (input ``X`` float64, or ``input_dtype``
-        "float32"/"auto"; ``precision="float32"``: the float32 level; docs/export.md; outputs
+        "float32"/"auto"; ``precision="float32"``: the float32 level; ``string_inputs``: string
+        columns as string inputs coded inside the file; docs/export.md; outputs
         ``label`` and ``probabilities`` for classifiers, ``variable`` otherwise), checked with
         ``onnx.checker`` and validated in ONNX Runtime against this model on ``sample`` (or
         generated rows, NaN included where the source accepts it); a difference raises
@@ -186,7 +187,8 @@ class CompiledModel:
         from peregrine.export import export_onnx  # lazy: export sits above runtime
 
         return export_onnx(self, path, opset=opset, batch=batch, ml_ops=ml_ops, sample=sample,
-                           input_dtype=input_dtype, precision=precision)
+                           input_dtype=input_dtype, precision=precision,
+                           string_inputs=string_inputs)
 
     def export_library(self, path: str | os.PathLike, *, target: str = "x86_64-linux-gnu",
                        cpu: str | None = None, prefix: str = "peregrine", methods: Any = None,
