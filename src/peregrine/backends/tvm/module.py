@@ -34,7 +34,7 @@ from peregrine.backends.tvm.ops import (
 from peregrine.backends.tvm.trees import choose_strategy
 from peregrine.errors import UnsupportedModelError
 from peregrine.ir import Op
-from peregrine.ir.spec import ModelSpec
+from peregrine.ir.spec import GUARD, ModelSpec
 from peregrine.options import CompileOptions
 
 DTYPES = ("float32", "float64")
@@ -45,7 +45,7 @@ def program_outputs(spec: ModelSpec) -> tuple[str, ...]:
     and featurizers, and one function per output set cost the LLVM back end (most of the build
     time) one more copy of each shared op per set, while the extra heads (an argmax, a log) cost
     a small fraction of a walk at run time."""
-    return tuple(sorted(spec.graph.outputs))
+    return tuple(sorted(o for o in spec.graph.outputs if not o.startswith(GUARD)))  # (guards.py)
 
 
 def function_name(dtype: str) -> str:
