@@ -50,7 +50,11 @@ def _pca_logreg(classes=3):
 
 
 def _ops(compiled):
-    return [n.op for n in compiled.spec.graph.nodes]
+    """The ops the methods compute (a guard output keeps a node the runtime alone evaluates:
+    runtime/guards.py)."""
+    g = compiled.spec.graph
+    need = g.needed(g.outputs[m.output] for m in compiled.spec.methods.values())
+    return [n.op for n in g.nodes if n.name in need]
 
 
 def _report(compiled):
