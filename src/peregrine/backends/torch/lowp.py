@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from peregrine.backends.torch.ops_kernel import Kernel
 from peregrine.backends.torch.ops_nn import Activation
 from peregrine.ir import Graph, Node, Op
+from peregrine.ir.spec import GUARD
 from peregrine.options import Precision
 from peregrine.passes.fold_linear import SMOOTH, reaches_only_scores
 
@@ -68,7 +69,8 @@ def scaler_folds(graph: Graph, low: set[str]) -> dict[str, str]:
         r = readers.get(n.name, [])
         if (n.name in low and n.op in (Op.CENTER_SCALE, Op.AFFINE) and len(r) == 1
                 and r[0].name in low and r[0].op in (Op.LINEAR, Op.DENSE)
-                and n.name not in graph.outputs.values()):
+                and not any(v == n.name and not o.startswith(GUARD)  # (guards.py)
+                            for o, v in graph.outputs.items())):
             out[r[0].name] = n.name
     return out
 
