@@ -152,3 +152,124 @@ def test_cli_precision(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "float32 level" in out and "max_abs" in out
     assert _elem(tmp_path / "m.onnx")["X"] == onnx.TensorProto.FLOAT
+
+
+# the scores' bound the task sets for the float32 linear forms (issue #14): ONNX Runtime's
+# float32 Gemm and Sigmoid/Softmax against scikit-learn's double
+LIN_RTOL, LIN_ATOL = 1e-5, 1e-6
+
+
+def _edge_rows(X, model) -> np.ndarray:
+    """NaN-free rows with the scores far out in both tails (v = +-17, +-30, +-100: ONNX
+    Runtime's float32 Sigmoid is absolute, not relative, there), near 0 and at zero input."""
+    rng = np.random.default_rng(3)
+    rows = [np.zeros(X.shape[1]), X.min(axis=0), X.max(axis=0)]
+    w = np.atleast_2d(model.coef_)[0]
+    direction = w / (w @ w)
+    for v in (-100.0, -30.0, -17.0, -1e-3, 1e-3, 17.0, 30.0, 100.0):
+        rows.append(direction * (v - float(np.atleast_1d(model.intercept_)[0])))
+    rows += list(rng.normal(size=(200, X.shape[1])) * 3.0 + 1.0)
+    return np.asarray(rows, np.float32)
+
+
+def _clear(scores: np.ndarray) -> np.ndarray:
+    """Rows whose label no float32 rounding of the scores can change (binary: |v|; else the
+    gap between the two largest scores)."""
+    if scores.ndim == 1:
+        return np.abs(scores) > 1e-4
+    top = np.sort(scores, axis=1)
+    return (top[:, -1] - top[:, -2]) > 1e-4
+
+
+def test_float32_binary_logistic_is_gemm_and_sigmoid(tmp_path):
+    """Binary LogisticRegression on the float32 level: one Gemm with the columns [-v, v] and
+    one Sigmoid, which is [1 - p, p] (the form measured faster than skl2onnx's
+    LinearClassifier at one row and at 100K rows); the labels read column v."""
+    from peregrine.export import export_onnx
+
+    X, y = _data(k=2)
+    model = LogisticRegression(max_iter=500).fit(X, y)
+    compiled = peregrine.compile(model, backend="reference")
+    only = tmp_path / "p.onnx"
+    export_onnx(compiled, only, methods=["predict_proba"], precision="float32")
+    assert [n.op_type for n in onnx.load(str(only)).graph.node] == ["Gemm", "Sigmoid"]
+    both = tmp_path / "b.onnx"
+    report = export_onnx(compiled, both, precision="float32")
+    assert report.deviations["predict"] == {"mismatches": 0}
+    assert sum(n.op_type == "Gemm" for n in onnx.load(str(both)).graph.node) == 1
+
+    Xt = np.concatenate([_edge_rows(X, model), X.astype(np.float32)])
+    want = model.predict_proba(Xt)
+    (proba,) = session(only).run(["probabilities"], {"X": Xt})
+    np.testing.assert_allclose(proba, want, rtol=LIN_RTOL, atol=LIN_ATOL)
+    label, proba2 = session(both).run(["label", "probabilities"], {"X": Xt})
+    np.testing.assert_array_equal(proba2, proba)
+    clear = _clear(model.decision_function(Xt))
+    assert clear[:3].all() and clear.sum() > 1000
+    np.testing.assert_array_equal(label[clear], model.predict(Xt)[clear])
+    # the signed tails: a wrong column would swap them
+    assert label[3] == model.classes_[0] and label[10] == model.classes_[1]
+
+
+def test_float32_binary_logistic_log_proba_tails(tmp_path):
+    """predict_log_proba reads the probabilities through a log: the pair [-v, v] goes
+    through the rule's sigmoid (relative accuracy in both tails), not ONNX Runtime's
+    Sigmoid (absolute only); 1 - p is sigmoid(-v), so log(1 - p) at v = 17 or 30 is about
+    -17 or -30 as scikit-learn's, not log(0.0)."""
+    from peregrine.export import export_onnx
+
+    X, y = _data(k=2)
+    model = LogisticRegression(max_iter=500).fit(X, y)
+    path = tmp_path / "l.onnx"
+    export_onnx(peregrine.compile(model, backend="reference"), path,
+                methods=["predict_log_proba"], precision="float32")
+    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert "Sigmoid" not in ops and ops.count("Gemm") == 1
+    Xt = np.concatenate([_edge_rows(X, model), X.astype(np.float32)])
+    (logp,) = session(path).run(["log_probabilities"], {"X": Xt})
+    # scikit-learn's data rows as it computes them
+    np.testing.assert_allclose(logp[211:], model.predict_log_proba(Xt[211:]), rtol=1e-5,
+                               atol=1e-5)
+    # the tails against log sigmoid(+-v) computed stably from scikit-learn's score:
+    # scikit-learn's own log(1 - p) is off by 1e-3 at v = 30 (1 - p cancels in double) and
+    # -inf at v = 100
+    v = model.decision_function(Xt[:211])
+    exact = np.stack([-np.logaddexp(0.0, v), -np.logaddexp(0.0, -v)], axis=1)
+    inner = np.abs(v) <= 30.0
+    np.testing.assert_allclose(logp[:211][inner], exact[inner], rtol=1e-5, atol=1e-5)
+    # |v| = 100: exp(-100) is a float32 subnormal (3.7e-44, 5 significant bits): within
+    # 2e-4 relative, and finite
+    assert np.isfinite(logp).all()
+    np.testing.assert_allclose(logp[:211][~inner], exact[~inner], rtol=2e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("make, method, form", [
+    (lambda: LogisticRegression(max_iter=500), "predict_proba", ["Gemm", "Softmax"]),
+    (lambda: _linear("RidgeClassifier"), "decision_function", ["Gemm"]),
+    (lambda: _linear("LinearSVC"), "decision_function", ["Gemm"]),
+], ids=["lr_multinomial", "ridge_classifier", "linear_svc"])
+def test_float32_linear_classifiers_against_sklearn(tmp_path, make, method, form):
+    from peregrine.export import export_onnx
+
+    X, y = _data(k=3)
+    model = make().fit(X, y)
+    compiled = peregrine.compile(model, backend="reference")
+    path = tmp_path / "m.onnx"
+    report = export_onnx(compiled, path, methods=[method, "predict"], precision="float32")
+    assert report.deviations["predict"] == {"mismatches": 0}
+    one = tmp_path / "one.onnx"
+    export_onnx(compiled, one, methods=[method], precision="float32")
+    assert [n.op_type for n in onnx.load(str(one)).graph.node] == form
+    Xt = np.concatenate([_edge_rows(X, model), X.astype(np.float32)])
+    out = report.methods[method]
+    label, got = session(path).run(["label", out], {"X": Xt})
+    np.testing.assert_allclose(got, getattr(model, method)(Xt), rtol=LIN_RTOL, atol=LIN_ATOL)
+    clear = _clear(model.decision_function(Xt))
+    np.testing.assert_array_equal(label[clear], model.predict(Xt)[clear])
+
+
+def _linear(name):
+    from sklearn.linear_model import RidgeClassifier
+    from sklearn.svm import LinearSVC
+
+    return {"RidgeClassifier": RidgeClassifier(), "LinearSVC": LinearSVC()}[name]

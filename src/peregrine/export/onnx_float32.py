@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto, numpy_helper
 
-from peregrine.ir.ops import Op
+from peregrine.ir.ops import Link, Op
 from peregrine.options import Precision
 
 # ops whose lowerings are type-generic arithmetic: run in float32 on the float32 level
@@ -57,6 +57,25 @@ def float32_nodes(steps: list[Any]) -> set[str]:
         if any(r.op in _EXACT_READERS or r.name in tainted for r in readers.get(n.name, [])):
             tainted.add(n.name)
     return {n.name for n in steps if n.op in FLOAT32_OPS and n.name not in tainted}
+
+
+def feeds_pair_sigmoid(e: Any, n: Any, w: np.ndarray) -> bool:
+    """Whether a float32 LINEAR is a binary logistic's score that may be written as the pair
+    [-v, v] (onnx_ops.lower_linear), whose sigmoid is the probabilities [1 - p, p]: one
+    output column, not a result, read by one logistic LINK (and possibly THRESHOLDs, the
+    labels, which read column 1) whose value only BINARY_PROBA reads. Besides fewer nodes,
+    1 - p is then sigmoid(-v), within float32's relative error where the float32
+    ``1 - p`` is 0.0 (v > 16.6: a log of it was -inf for -17)."""
+    users = e.consumers.get(n.name, [])
+    links = [u for u in users if u.op is Op.LINK]
+    if (w.shape[1] != 1 or n.name in e.results or len(links) != 1
+            or any(u.op not in (Op.LINK, Op.THRESHOLD) for u in users)):
+        return False
+    link = links[0]
+    probas = e.consumers.get(link.name, [])
+    return bool(link.attrs.kind is Link.SIGMOID and not link.attrs.float32
+                and float(link.attrs.scale) == 1.0 and link.name not in e.results and probas
+                and all(p.op is Op.BINARY_PROBA for p in probas))
 
 
 def narrow_lowering(e: Any, first_node: int, first_const: int) -> None:

@@ -67,6 +67,10 @@ class Emitter:
         # tensors holding -v for their IR node's value v (a Gemm with negated weights feeding
         # the short sigmoid, which needs exp(-v): onnx_ops.lower_linear)
         self.negated: set[str] = set()
+        # float32 level, binary logistic: a Gemm's two columns [-v, v] for its one-column IR
+        # node's value v, and the Sigmoid of such a pair, [1 - p, p] (onnx_ops.lower_linear)
+        self.pairs: set[str] = set()
+        self.proba_pairs: set[str] = set()
         # the float type lowerings compute in: DOUBLE, or FLOAT while an op is lowered on the
         # float32 level (export_onnx(precision="float32"): build_onnx narrows its constants)
         self.working = TensorProto.DOUBLE
