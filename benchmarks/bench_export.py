@@ -21,6 +21,8 @@ the export is faster). Also reports each side's largest difference from the libr
         [--precision float32] [--operators LogisticRegression,MLPClassifier]
     .venv/bin/python benchmarks/bench_export.py --sections lr-forms --threads 1 --clock thread
 
+``linear``: a 3-class LogisticRegression, RidgeClassifier, LinearRegression and Ridge (with
+``--precision float32``: the float32 level's linear forms, docs/export.md).
 ``lr-forms``: the candidate double forms of a binary LogisticRegression's probabilities
 (docs/export.md, "LogisticRegression at one row") against skl2onnx's file.
 
@@ -350,6 +352,41 @@ def bench_lr_forms(args) -> None:
               f"**{po / ot:.2f}x** | {diff:.1g} |", flush=True)
 
 
+def bench_linear(args) -> None:
+    """The linear models the operator table lacks (a 3-class LogisticRegression,
+    RidgeClassifier, LinearRegression, Ridge), against their skl2onnx files, on the
+    table's kind of data (20 features, float32 rows)."""
+    import bench_pipelines as bp
+    from sklearn import linear_model as lm
+    from sklearn.datasets import make_classification
+
+    bp.THREADS = str(args.threads)
+    X, y = make_classification(args.train_rows, 20, n_informative=10, n_classes=3,
+                               random_state=0)
+    X = X.astype(np.float32)
+    Xb = X[np.random.default_rng(1).integers(0, len(X), args.rows)]
+    target = X[:, 0] * 2.0 + y
+    print(f"\n### Linear models (20 features)\n\n{HEADER}")
+    for name, model, method, yy in [
+            ("LogisticRegression (3 classes)", lm.LogisticRegression(max_iter=300),
+             "predict_proba", y),
+            ("RidgeClassifier (3 classes)", lm.RidgeClassifier(), "decision_function", y),
+            ("LinearRegression", lm.LinearRegression(), "predict", target),
+            ("Ridge", lm.Ridge(), "predict", target)]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model.fit(X, yy)
+        want = getattr(model, method)(Xb)
+        peer = bp._onnx(model, method, "array", Xb)
+        ours, dtype, took = export_session(model, method, args.input_dtype, args.threads,
+                                           Xb[:2000], args.precision)
+        inputs = {"export": Xb.astype(dtype), "peer": Xb}
+        res = compare({"export": ours, "peer": peer}, inputs, args.repeat, args.one_row_calls)
+        print(row(f"{name} `{method}`", res, "export", "peer",
+                  max_diff(ours(inputs["export"]), want), max_diff(peer(Xb), want), took),
+              flush=True)
+
+
 def main(argv=None) -> None:
     import onnxruntime as ort
 
@@ -383,7 +420,7 @@ def main(argv=None) -> None:
           f"load average at start {load:.1f}")
     for section in args.sections.split(","):
         {"trees": bench_trees, "pipelines": bench_pipelines,
-         "lr-forms": bench_lr_forms}[section](args)
+         "lr-forms": bench_lr_forms, "linear": bench_linear}[section](args)
     print(f"\nload average at end {os.getloadavg()[0]:.1f}")
 
 
