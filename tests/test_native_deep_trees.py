@@ -79,10 +79,27 @@ def test_refill_gives_the_sparse_layouts_bits(case, walks):
     _, want_sums, want = raw(forest, SPARSE, X)
     same_bits(sums, want_sums)
     same_bits(out, want)
+    same_bits(raw(forest, refill, X, threads=2)[1], want_sums)  # row ranges off the blocks
     for n in list(range(1, 40)) + [63, 64, 65, 127, 128, 129, 200, 255, 256, 257, 300]:
         _, part, out_n = raw(forest, refill, X[:n])  # tails: part-empty groups, drains
         same_bits(part, want_sums[:n])
         same_bits(out_n, want[:n])
+
+
+@needs_gathers
+@pytest.mark.parametrize("width", [4, 8])
+def test_narrower_lanes_give_the_same_bits(width):
+    """128- and 256-bit groups (the exhaustive search's widths), 3 and 12 groups."""
+    forest = random_forest(seed=6, **CASES["grouped-leaves"])
+    X = edge_rows(forest, n=301).astype(np.float32)
+    _, want_sums, want = raw(forest, SPARSE, X)
+    for walks in (3, 12):
+        refill = Schedule(layout="refill", vector_width=width, interleave=walks,
+                          row_tile=4096, cache_rows=False, node_pairs=True)
+        for n in (1, 5, 37, 301):
+            _, sums, out = raw(forest, refill, X[:n])
+            same_bits(sums, want_sums[:n])
+            same_bits(out, want[:n])
 
 
 @needs_gathers
