@@ -24,7 +24,9 @@ the export is faster). Also reports each side's largest difference from the libr
 ``linear``: a 3-class LogisticRegression, RidgeClassifier, LinearRegression and Ridge (with
 ``--precision float32``: the float32 level's linear forms, docs/export.md).
 ``lr-forms``: the candidate double forms of a binary LogisticRegression's probabilities
-(docs/export.md, "LogisticRegression at one row") against skl2onnx's file.
+(docs/export.md, "LogisticRegression at one row") against skl2onnx's file; with
+``--precision float32`` the float32 level's candidates (its former exp form, Gemm + Sigmoid,
+a LinearClassifier node like skl2onnx's).
 
 This is a script, not a test; figures go to docs/export.md with the CPU from lscpu.
 """
@@ -242,9 +244,10 @@ def bench_frame(args, name, model, method) -> None:
               max_diff(systems["peer"](peer_feed), want), took), flush=True)
 
 
-def _lr_form(w: np.ndarray, b: float, form: str):
-    """A binary logistic regression's ``predict_proba`` ([1 - p, p], double) as one of the
-    candidate ONNX forms measured for docs/export.md (``--sections lr-forms``)."""
+def _lr_form(w: np.ndarray, b: float, form: str, float32: bool = False):
+    """A binary logistic regression's ``predict_proba`` ([1 - p, p], double, or float32 with
+    ``float32``: the float32 level's candidates) as one of the candidate ONNX forms measured
+    for docs/export.md (``--sections lr-forms``)."""
     from onnx import TensorProto, helper, numpy_helper
 
     d = len(w)
@@ -276,6 +279,12 @@ def _lr_form(w: np.ndarray, b: float, form: str):
     elif form == "[-v, v] Gemm, Sigmoid":
         nodes, inits = gemm(col([-w, w], 1), np.asarray([[-b, b]]))
         nodes.append(helper.make_node("Sigmoid", ["z"], ["P"]))
+    elif form == "LinearClassifier LOGISTIC (skl2onnx's node)":
+        nodes = [helper.make_node(
+            "LinearClassifier", ["X"], ["label", "P"], domain="ai.onnx.ml",
+            coefficients=w.astype(np.float32).tolist(), intercepts=[float(np.float32(b))],
+            classlabels_ints=[0, 1], post_transform="LOGISTIC")]
+        inits = []
     elif form == "If on batch size: Softmax at 1 row, the export's form above":
         # Size(X) < 2 * d: one row takes [0, v] Gemm + Softmax, larger batches the export's
         small, _ = gemm(col([np.zeros(d), w], 1), np.asarray([[0.0, b]]))
@@ -302,10 +311,14 @@ def _lr_form(w: np.ndarray, b: float, form: str):
                                   else_branch=branch(big, "P2"))]
     else:
         raise ValueError(form)
+    elem = TensorProto.FLOAT if float32 else TensorProto.DOUBLE
+    if float32:  # the same constants rounded to float32 (the float32 level's narrowing)
+        inits = [numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name)
+                 for t in inits]
     g = helper.make_graph(nodes, "lr", [helper.make_tensor_value_info(
-        "X", TensorProto.DOUBLE, ["N", d])], [helper.make_tensor_value_info(
-            "P", TensorProto.DOUBLE, ["N", 2])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+        "X", elem, ["N", d])], [helper.make_tensor_value_info("P", elem, ["N", 2])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21),
+                                            helper.make_opsetid("ai.onnx.ml", 3)])
     m.ir_version = 10
     return m
 
@@ -313,6 +326,9 @@ def _lr_form(w: np.ndarray, b: float, form: str):
 LR_FORMS = ("export (6 nodes)", "[v, -v] Gemm, Exp, Add, Reciprocal", "[0, v] Gemm, Softmax",
             "[-v, v] Gemm, Sigmoid", "If on batch size: Softmax at 1 row, the export's form above",
             "gemm-only (floor)")
+# --precision float32: the float32 level's former form, its form and skl2onnx's node
+LR_FORMS32 = ("export (6 nodes)", "[-v, v] Gemm, Sigmoid",
+              "LinearClassifier LOGISTIC (skl2onnx's node)", "gemm-only (floor)")
 
 
 def bench_lr_forms(args) -> None:
@@ -334,20 +350,23 @@ def bench_lr_forms(args) -> None:
     so.inter_op_num_threads = 1
     systems = {"skl2onnx": bp._onnx(model, method, kind, Xb)}
     inputs = {"skl2onnx": Xb}
-    for form in LR_FORMS:
-        sess = ort.InferenceSession(_lr_form(w, b, form).SerializeToString(), so,
+    f32 = args.precision == "float32"
+    forms = LR_FORMS32 if f32 else LR_FORMS
+    for form in forms:
+        sess = ort.InferenceSession(_lr_form(w, b, form, f32).SerializeToString(), so,
                                     providers=["CPUExecutionProvider"])
         systems[form] = lambda A, s=sess: s.run(["P"], {"X": A})[0]
-        inputs[form] = Xb.astype(np.float64)
+        inputs[form] = Xb.astype(np.float32 if f32 else np.float64)
     want = model.predict_proba(Xb)
     res = compare(systems, inputs, args.repeat, args.one_row_calls)
-    print("\n### LogisticRegression `predict_proba` forms (double) against skl2onnx\n\n"
+    print(f"\n### LogisticRegression `predict_proba` forms ({'float32' if f32 else 'double'}) "
+          "against skl2onnx\n\n"
           "| form | 100K rows (ms) | ratio | 1 row (us) | ratio | max diff |\n"
           "|---|---|---|---|---|---|")
     (pb, po) = res["skl2onnx"]
     for name in systems:
         bt, ot = res[name]
-        diff = max_diff(systems[name](inputs[name]), want) if name != LR_FORMS[-1] else np.nan
+        diff = max_diff(systems[name](inputs[name]), want) if name != forms[-1] else np.nan
         print(f"| {name} | {bt * 1e3:.3f} | **{pb / bt:.2f}x** | {ot * 1e6:.2f} | "
               f"**{po / ot:.2f}x** | {diff:.1g} |", flush=True)
 
