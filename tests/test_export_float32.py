@@ -273,3 +273,23 @@ def _linear(name):
     from sklearn.svm import LinearSVC
 
     return {"RidgeClassifier": RidgeClassifier(), "LinearSVC": LinearSVC()}[name]
+
+
+def test_float32_binary_logistic_after_column_transformer(tmp_path):
+    """A LINEAR reading a CONCAT (a ColumnTransformer's parts) takes the pair form per part:
+    one Gemm per part, each adding the previous partial pair, no concatenated matrix."""
+    from sklearn.compose import ColumnTransformer
+
+    from peregrine.export import export_onnx
+
+    X, y = _data(k=2)
+    ct = ColumnTransformer([("s", StandardScaler(), [0, 1, 2, 3]), ("m", MinMaxScaler(), [4, 5, 6, 7])])
+    model = make_pipeline(ct, LogisticRegression(max_iter=500)).fit(X, y)
+    path = tmp_path / "c.onnx"
+    export_onnx(peregrine.compile(model, backend="reference"), path,
+                methods=["predict_proba"], precision="float32")
+    ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+    assert "Concat" not in ops and ops.count("Gemm") == 2 and ops[-1] == "Sigmoid"
+    Xt = np.concatenate([X, X * 4.0 - 8.0]).astype(np.float32)
+    (proba,) = session(path).run(["probabilities"], {"X": Xt})
+    np.testing.assert_allclose(proba, model.predict_proba(Xt), rtol=LIN_RTOL, atol=LIN_ATOL)

@@ -153,18 +153,15 @@ def lower_linear(e: Emitter, n: Any, ins: list[str]) -> str:
     a = n.attrs
     w = np.asarray(a.weight, np.float64)
     bias = np.asarray(a.bias, np.float64).reshape(1, -1)  # (out,): Linear.check
-    if e.working == TensorProto.FLOAT and feeds_pair_sigmoid(e, n, w):
+    pair = e.working == TensorProto.FLOAT and feeds_pair_sigmoid(e, n, w)
+    negated = not pair and _feeds_only_short_sigmoid(e, n)
+    if pair:
         # float32 level, binary logistic: Gemm columns [-v, v], whose sigmoid is the
         # probabilities [1 - p, p] (sigmoid(-v) = 1 - p): Gemm + Sigmoid, two nodes where
         # the short form takes six, measured faster than skl2onnx's one LinearClassifier at
-        # one row and at 100K rows (docs/export.md, "The float32 level"). The negated column
-        # is the exact negation of v (rounding to nearest is symmetric); a THRESHOLD reads
-        # column 1
-        out = e.op("Gemm", [ins[0], e.const(np.concatenate([-w, w], axis=1)),
-                            e.const(np.concatenate([-bias, bias], axis=1))])
-        e.pairs.add(out)
-        return out
-    negated = _feeds_only_short_sigmoid(e, n)
+        # one row and at 100K rows (docs/export.md, "The float32 level"); column 0 is the
+        # exact negation of v (as below), a THRESHOLD reads column 1
+        w, bias = np.concatenate([-w, w], axis=1), np.concatenate([-bias, bias], axis=1)
     if negated:
         # -v, which the short sigmoid's exp(-v) takes (a Neg node less): rounding to nearest
         # is symmetric, so every product and partial sum is the exact negation of the
@@ -186,6 +183,8 @@ def lower_linear(e: Emitter, n: Any, ins: list[str]) -> str:
         out = e.op("Gemm", [ins[0], e.const(w), e.const(bias)])
     if negated:
         e.negated.add(out)
+    if pair:
+        e.pairs.add(out)
     return out
 
 
