@@ -567,3 +567,16 @@ def test_rule_plans_run_in_row_blocks(monkeypatch):
         # BLAS may pick another kernel for another matrix size: rounding-level differences
         np.testing.assert_allclose(blocked, whole, rtol=1e-12, atol=1e-15)
         np.testing.assert_allclose(whole, getattr(model, method)(rows), rtol=1e-5, atol=1e-6)
+
+
+def test_row_chunks_cover_every_row_once_in_whole_blocks():
+    from peregrine.backends.native.program import row_chunks
+
+    for n, threads, block in [(1, 2, 96), (150, 2, 96), (10_000, 2, 96), (100_000, 2, 96),
+                              (100_003, 4, 128), (1 << 20, 16, 64)]:
+        spans = row_chunks(n, threads, block)
+        assert spans[0][0] == 0 and spans[-1][1] == n
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+        if n >= 2 * block:  # whole SIMD blocks but the last, enough chunks to share
+            assert all((e - s) % block == 0 for s, e in spans[:-1])
+            assert len(spans) >= min(threads, n // block)

@@ -13,6 +13,7 @@ from peregrine.backends.native import Schedule  # noqa: E402
 from peregrine.backends.native.layout import choose_layout, pack  # noqa: E402
 from peregrine.backends.native.oblivious import row_of_position  # noqa: E402
 from peregrine.backends.native.representations import (  # noqa: E402
+    BIN_SLOTS,
     MAX_RANKS,
     REPRESENTATIONS,
     feature_thresholds,
@@ -112,9 +113,14 @@ def test_binned_ranks_pack_each_feature_separately():
     packed = pack(forest, Schedule(layout="binned"), np.float64, HOST)
     per_feature = feature_thresholds(forest, np.dtype(np.float64))
     table = packed.bins.reshape(forest.n_features, -1)
+    steps = BIN_SLOTS.bit_length() - 1
     for f, values in per_feature.items():
-        np.testing.assert_array_equal(table[f, : values.size], values)
-        assert np.all(np.isposinf(table[f, values.size:]))  # padding never counts as below x
+        # stored in the binary search's order: undo it to read the sorted thresholds
+        ordered = np.full(BIN_SLOTS, np.inf)
+        ordered[search_order(steps)] = table[f, : BIN_SLOTS - 1]
+        np.testing.assert_array_equal(ordered[: values.size], values)
+        assert np.all(np.isposinf(ordered[values.size:]))  # padding never counts as below x
+        assert np.isposinf(table[f, BIN_SLOTS - 1])
 
 
 @needs_vbmi

@@ -21,7 +21,7 @@ from peregrine.backends.native.representations import (
     RANK_BITS,
     RANK_MASK,
 )
-from peregrine.kernels.irutil import I8, I32, MAX_TABLE_REGS, gep
+from peregrine.kernels.irutil import I8, I32, I64, MAX_TABLE_REGS, gep
 
 I16 = ir.IntType(16)
 
@@ -33,87 +33,104 @@ TILE_SLACK = 2 * BYTES  # the last register pair of a walk group may read past i
 
 
 SEARCH_LEVELS = BIN_SLOTS.bit_length() - 1  # halving steps of the binary search
+# levels of the search whose candidates come from registers: the last (128 candidates, eight
+# registers) costs four two-register permutes and three selects per walk group
+TABLE_LEVELS = SEARCH_LEVELS
 
 
-def search_position(level: int, j: int) -> int:
-    """Sorted position of the binary search's ``j``-th candidate at ``level``: the probe
-    ``pos + step - 1`` when the first ``level`` steps moved ``pos`` to ``j * 2 * step``."""
-    return (2 * j + 1) * (BIN_SLOTS >> (level + 1)) - 1
+def level_first(level: int) -> int:
+    """Stored slot of the search's first candidate at ``level``: the thresholds are stored in
+    search order (representations.search_order), level by level, so a level's candidates are
+    ``2**level`` consecutive slots and candidate ``j`` (the prefix the earlier levels chose)
+    is slot ``2**level - 1 + j``."""
+    return 2**level - 1
 
 
 class BinnedWalks:
     def search_tables(self, f32: ir.Value) -> list | None:
-        """The candidates of the binary search's first levels for scalar feature ``f32``, in
-        registers: gathered once per row block and feature, then looked up by lane permutes in
-        ``bin_feature`` for every walk group of the block, where each level would otherwise be
-        one gather per group (a row block of 96 rows x 28 features: 8 gathers per feature
-        instead of 48). Levels 0-3 share one register (15 candidates, in level order); each
-        further level up to MAX_TABLE_REGS registers has its own. None where this target has
-        no lane permute for the compare dtype. Returns [(first index, registers)] per level."""
+        """The candidates of the binary search's levels for scalar feature ``f32``, in
+        registers: plain loads of the level's consecutive slots (search order), once per row
+        block and feature, then looked up by lane permutes in ``bin_feature`` for every walk
+        group of the block, where each level would otherwise be one gather per group (gathers
+        were most of the quantisation on Zen 4). Levels 0-3 share one register (15 candidates,
+        in level order). None where this target has no lane permute for the compare dtype.
+        Returns [(first index, registers)] per level."""
         b, v = self.b, self.v
         if v.w < 8 or not self.permute_ok(self.ct):
             return None
-        base = v.splat(b.mul(f32, ir.Constant(I32, BIN_SLOTS)))
-        groups: list[list[int]] = []  # sorted positions per table
-        where: list[tuple[int, int]] = []  # per level: (table, first index in it)
-        for level in range(SEARCH_LEVELS):
+        base = b.mul(f32, ir.Constant(I32, BIN_SLOTS))
+
+        def load(slot: int) -> ir.Value:
+            return b.load(gep(b, self.d["bins"], [b.add(base, ir.Constant(I32, slot))],
+                              source_etype=self.ct), typ=v.ty(self.ct), align=4)
+
+        out = []
+        for level in range(min(SEARCH_LEVELS, TABLE_LEVELS)):
             n = 1 << level
-            if n > MAX_TABLE_REGS * v.w:
+            if n > 2 * MAX_TABLE_REGS * v.w:
                 break
-            cands = [search_position(level, j) for j in range(n)]
-            if groups and len(groups[-1]) + n <= v.w and len(groups) == 1 and level < 4:
-                where.append((0, len(groups[0])))
-                groups[0].extend(cands)
-            else:
-                where.append((len(groups), 0))
-                groups.append(cands)
-        tables = []
-        for cands in groups:
-            regs = max(1, -(-len(cands) // v.w))
-            padded = cands + [0] * (regs * v.w - len(cands))  # lanes never looked up
-            tables.append([v.gather(self.d["bins"], self.ct, b.add(base, ir.Constant(
-                v.ty(I32), padded[i * v.w:(i + 1) * v.w]))) for i in range(regs)])
-        return [(first, tables[t]) for t, first in where]
+            if level < 4 and v.w >= 16:  # levels 0-3: slots 0..14, one register
+                out.append((level_first(level), out[0][1] if out else [load(0)]))
+                continue
+            out.append((0, [load(level_first(level) + i * v.w)
+                            for i in range(max(1, n // v.w))]))
+        return out
 
     def bin_feature(self, x: ir.Value, f32: ir.Value, nan_bin: ir.Value | None = None,
                     tables: list | None = None) -> ir.Value:
         """bin(x) = rank_base + #{thresholds < x} per lane for feature ``f32`` (a scalar, or one
-        per lane): 8
-        halving steps over BIN_SLOTS sorted thresholds padded with +inf, so the search needs no
-        length (a rank_base of 1 keeps rank 0 free for NaN thresholds). ``nan_bin``: the lanes'
-        bin for NaN when not NAN_BIN (OBLIVIOUS_BINNED folds the NaN direction into it)."""
+        per lane): SEARCH_LEVELS halving steps over BIN_SLOTS thresholds padded with +inf and
+        stored in search order, so the search needs no length (a rank_base of 1 keeps rank 0
+        free for NaN thresholds). ``j``, the candidates chosen so far, doubles plus one bit per
+        level; after the last it is the count of thresholds below x. A level's candidate comes
+        from ``tables`` (registers) where given, else a gather. ``nan_bin``: the lanes' bin for
+        NaN when not NAN_BIN (OBLIVIOUS_BINNED folds the NaN direction into it)."""
         b, v = self.b, self.v
         if isinstance(f32.type, ir.VectorType):  # a feature per lane (one row's features)
             base = b.mul(f32, v.const(I32, BIN_SLOTS))
         else:
             base = v.splat(b.mul(f32, ir.Constant(I32, BIN_SLOTS)))
-        if tables is not None:  # the search as candidates j per level (search_position)
-            j = v.const(I32, 0)
-            for level in range(SEARCH_LEVELS):
-                if level < len(tables):
-                    first, regs = tables[level]
-                    t = v.permute(regs, b.add(j, v.const(I32, first)) if first else j,
-                                  self.spec.isa)
-                else:
-                    probe = b.sub(b.mul(b.add(b.shl(j, v.const(I32, 1)), v.const(I32, 1)),
-                                        v.const(I32, BIN_SLOTS >> (level + 1))),
-                                  v.const(I32, 1))
-                    t = v.gather(self.d["bins"], self.ct, b.add(base, probe))
-                right = b.zext(b.fcmp_ordered("<", t, x), v.ty(I32))
-                j = b.or_(b.shl(j, v.const(I32, 1)), right)
-            pos = j  # after every level, j is the count of thresholds below x
-        else:
-            pos = v.const(I32, 0)
-            step = BIN_SLOTS // 2
-            while step:
-                probe = b.add(pos, v.const(I32, step - 1))
-                t = v.gather(self.d["bins"], self.ct, b.add(base, probe))
-                pos = b.select(b.fcmp_ordered("<", t, x), b.add(pos, v.const(I32, step)), pos)
-                step //= 2
+        j = v.const(I32, 0)
+        for level in range(SEARCH_LEVELS):
+            if tables is not None and level < len(tables):
+                first, regs = tables[level]
+                t = v.permute(regs, b.add(j, v.const(I32, first)) if first else j,
+                              self.spec.isa)
+            else:
+                at = b.add(base, b.add(j, v.const(I32, level_first(level))))
+                t = v.gather(self.d["bins"], self.ct, at)
+            right = b.zext(b.fcmp_ordered("<", t, x), v.ty(I32))
+            j = b.or_(b.shl(j, v.const(I32, 1)), right)
+        pos = j
         if self.spec.rank_base:
             pos = b.add(pos, v.const(I32, self.spec.rank_base))
         nan = v.const(I32, NAN_BIN) if nan_bin is None else nan_bin
         return b.select(b.fcmp_unordered("uno", x, x), nan, pos)
+
+    def quantise_block(self, dst: ir.Value, gather) -> None:
+        """The block's bins, feature by feature (``gather(f)``: the walk groups' values of
+        feature f). Software-pipelined by one feature: the next feature's values are gathered
+        before this one's searches, whose dependent permute-compare chains would otherwise
+        leave each gather's latency exposed (a feature's searches overflow the reorder window:
+        the gathers were ~40% of the quantisation on Zen 4)."""
+        b, v = self.b, self.v
+        xs = [self.loops.var(v.ty(self.ct), x, f"x{k}")
+              for k, x in enumerate(gather(ir.Constant(I32, 0)))]
+        last = b.sub(self.nf, ir.Constant(I32, 1))
+
+        def search(f):
+            f32 = b.trunc(f, I32)
+            cur = [b.load(p, typ=v.ty(self.ct)) for p in xs]
+            nxt = b.add(f32, ir.Constant(I32, 1))  # the last feature re-reads itself
+            nxt = b.select(b.icmp_signed("<", nxt, self.nf), nxt, last)
+            for p, x in zip(xs, gather(nxt)):
+                b.store(x, p)
+            tables = self.search_tables(f32)
+            for k, x in enumerate(cur):
+                self.store_bins(dst, k, f32, x, tables)
+
+        self.loops.range(ir.Constant(I64, 0), self.d["n_features"], ir.Constant(I64, 1),
+                         search, "feat")
 
     def store_bins(self, dst: ir.Value, k: int, f32: ir.Value, x: ir.Value,
                    tables: list | None = None) -> None:

@@ -238,14 +238,17 @@ class _Kernel(RefillWalks, Walks, BinnedWalks, ObliviousBinnedWalks, TreeLanes):
             return
         _, offs = self.rows(r)
 
+        def gather(f32: ir.Value) -> list[ir.Value]:
+            return [self.convert(v.gather(xb, self.xt, b.add(offs[k], v.splat(f32))))
+                    for k in range(K)]
+
+        if self.binned:
+            self.quantise_block(dst, gather)
+            return
+
         def copy(f):
             f32 = b.trunc(f, I32)
-            tables = self.search_tables(f32) if self.binned else None
-            for k in range(K):
-                x = self.convert(v.gather(xb, self.xt, b.add(offs[k], v.splat(f32))))
-                if self.binned:
-                    self.store_bins(dst, k, f32, x, tables)
-                    continue
+            for k, x in enumerate(gather(f32)):
                 at = b.mul(b.add(b.mul(ir.Constant(I32, k), self.nf), f32), ir.Constant(I32, V))
                 b.store(x, gep(b, dst, [at], source_etype=self.ct), align=align(self.ct))
 
@@ -350,6 +353,9 @@ class _Kernel(RefillWalks, Walks, BinnedWalks, ObliviousBinnedWalks, TreeLanes):
         else:
             root = at("tree_root")
             slots = self.walk_sparse([v.splat(root)] * s.interleave, at("tree_depth"))
+        if self.leaf_tables():
+            self.add_leaves_from_tables(t32, offs, col)
+            return
         for k, slot in enumerate(slots):
             self.accumulate(k, slot, None, col)
 

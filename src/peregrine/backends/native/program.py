@@ -46,10 +46,25 @@ PARALLEL_MIN_WORK = 1 << 17
 # lanes x 6 or 8 walks; another block size only ends a chunk on a masked partial block), and
 # 72 KiB of float64 per thread for two outputs, in L2 between the kernel and the rounding.
 NARROW_CHUNK = 4608
+# Row chunks per thread in a parallel call (row_chunks), and their smallest size
+CHUNKS_PER_THREAD = 8
+MIN_CHUNK_ROWS = 2048
 INPUT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 FLOAT64 = np.dtype(np.float64)
 _ARG = {name: i for i, name in enumerate(ARGS)}
 _RE = _ARG["re"]
+
+
+def row_chunks(n: int, threads: int, block: int) -> list[tuple[int, int]]:
+    """Row ranges for ``threads`` threads taking them in turn: about CHUNKS_PER_THREAD each,
+    whole SIMD blocks, and at least MIN_CHUNK_ROWS rows (a kernel call costs a few
+    microseconds). Fewer rows than two blocks: one range per thread, of masked blocks."""
+    if n < 2 * block:
+        chunk = -(-n // threads)
+    else:
+        chunk = max(-(-n // (threads * CHUNKS_PER_THREAD)), min(MIN_CHUNK_ROWS, -(-n // threads)))
+        chunk = -(-chunk // block) * block
+    return [(s, min(s + chunk, n)) for s in range(0, n, chunk)]
 
 
 def kernel_spec(packed: PackedForest, schedule: Schedule, x_dtype: np.dtype,
@@ -206,12 +221,22 @@ class ForestProgram:
         if not parallel:
             run(0, n)
         else:
-            chunk = -(-n // threads)
-            if n >= 2 * block:  # whole SIMD blocks per thread; fewer rows: masked blocks
-                chunk = -(-chunk // block) * block
-            jobs = [pool(threads).submit(run, s, min(s + chunk, n))
-                    for s in range(chunk, n, chunk)]
-            run(0, min(chunk, n))
+            chunks = iter(row_chunks(n, threads, block))
+            lock = threading.Lock()
+
+            def worker() -> None:
+                # threads take the next chunk when done with theirs (not one fixed range each):
+                # a thread that loses its core for a while (a busy machine, a server's event
+                # loop) no longer leaves the others idle at the end of the call
+                while True:
+                    with lock:
+                        span = next(chunks, None)
+                    if span is None:
+                        return
+                    run(*span)
+
+            jobs = [pool(threads).submit(worker) for _ in range(threads - 1)]
+            worker()
             for j in jobs:
                 j.result()
         return out[:, :width] if out.shape[1] != width else out

@@ -204,9 +204,14 @@ class Binned(Perfect):
         out = super().pack_nodes(forest, order, words, thr, cmp_dtype, ldt)
         per_feature = feature_thresholds(forest, cmp_dtype)
         assert per_feature is not None  # unsupported() said so
+        # each feature's thresholds padded with +inf to BIN_SLOTS, stored in the binary
+        # search's order (binned.py reads a level's candidates as consecutive slots)
+        steps = BIN_SLOTS.bit_length() - 1
         bins = np.full((max(1, forest.n_features), BIN_SLOTS), np.inf, cmp_dtype)
         for f, values in per_feature.items():
-            bins[f, : values.size] = values
+            padded = np.full(BIN_SLOTS, np.inf, cmp_dtype)
+            padded[: values.size] = values
+            bins[f, : BIN_SLOTS - 1] = padded[search_order(steps)]
         n = forest.n_trees * (2 ** forest.max_depth() - 1)
         feat_w, thr_s = out["feat"][:n], out["thr"][:n]
         feature = (feat_w & FEATURE_MASK).astype(np.int64)

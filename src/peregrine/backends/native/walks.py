@@ -21,9 +21,14 @@ from peregrine.kernels.irutil import (
     I64,
     MAX_TABLE_REGS,
     PERMUTES,
+    PERMUTES2,
     align,
     gep,
 )
+
+# a tree's leaf values up to this many registers are looked up by permutes instead of
+# gathered: 16 x 16 float32, a depth-8 tree
+LEAF_TABLE_REGS = 16
 
 
 class Walks:
@@ -93,6 +98,33 @@ class Walks:
                 step = b.sub(v.const(I32, 2), b.zext(left, v.ty(I32)))
                 idx[k] = b.add(b.shl(idx[k], v.const(I32, 1)), step)
         return [b.sub(i, v.const(I32, 2**s.depth - 1)) for i in idx]
+
+    def leaf_tables(self) -> bool:
+        """Whether a tree's leaves are looked up from registers (``add_leaves_from_tables``):
+        row lanes over perfect slots whose leaves fill one to LEAF_TABLE_REGS registers, one
+        value per leaf, on targets with a two-register lane permute for the leaf dtype
+        (AVX-512: a 256-leaf lookup is 8 of them and 7 selects; with one-register permutes it
+        would take twice as many, and a gather costs less)."""
+        s = self.spec
+        return (self.by_rows and s.layout in ("perfect", "binned") and s.value_width == 1
+                and self.v.w <= 2**s.depth <= LEAF_TABLE_REGS * self.v.w
+                and PERMUTES2.get((s.isa, self.v.w, self.lt)) is not None)
+
+    def add_leaves_from_tables(self, t32: ir.Value, offs: list[ir.Value],
+                               col: ir.Value | None) -> None:
+        """Add tree t32's leaf values at each walk's leaf offsets to the walks' sums: the
+        tree's leaves loaded once as registers, each walk's picked by lane permutes, where a
+        gather per walk costs about one load per lane (most of a depth-8 tree's time on Zen 4
+        once its nodes come from registers)."""
+        s, b, v = self.spec, self.b, self.v
+        first = b.shl(t32, ir.Constant(I32, s.depth))
+        regs = [b.load(gep(b, self.d["leaf"], [b.add(first, ir.Constant(I32, j * v.w))],
+                           source_etype=self.lt), typ=v.ty(self.lt), align=4)
+                for j in range(2**s.depth // v.w)]
+        for k, off in enumerate(offs):
+            val = self.to_sum(v.permute(regs, off, s.isa))
+            p = self.acc_ptr(0 if col is None else col, k)
+            b.store(b.fadd(b.load(p, typ=v.ty(self.st)), val), p)
 
     def top_node(self, k: int, level: int, idx: ir.Value) -> tuple[ir.Value, ir.Value]:
         """Tree lanes, top levels: the level's 2**level slots of this walk's trees are each one
