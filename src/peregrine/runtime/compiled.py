@@ -275,9 +275,11 @@ class CompiledModel:
 
             def fast(X: np.ndarray) -> np.ndarray:  # noqa: F811
                 flat = X.ravel(order="K")  # a view of a C- or F-ordered matrix
-                with np.errstate(all="ignore"):
-                    small = float(dot(flat, flat)) < lim2
-                return inner_fast(X) if small else generic(name, X)
+                # (BLAS sets no NumPy error state: no errstate needed, ~1 us saved a call)
+                return inner_fast(X) if dot(flat, flat) < lim2 else generic(name, X)
+
+            if spec.finite_dtype != "float32" or bound < FLOAT32_OVERFLOW:
+                return fast  # the proof also proves every value finite: no other check
         if getattr(run, "checks_finite", False):
             # the kernel checked as it read the rows: no separate pass over the input
             def checked(X: np.ndarray) -> np.ndarray:
@@ -430,5 +432,9 @@ def build(spec: ModelSpec, backend: str, options: CompileOptions, device: str,
 
 
 from peregrine.runtime.guards import check_guards, guards  # noqa: E402
-from peregrine.runtime.inputs import beyond_float32, prepare_input  # noqa: E402  (after CompiledModel: no cycle)
+from peregrine.runtime.inputs import (  # noqa: E402  (after CompiledModel: no cycle)
+    FLOAT32_OVERFLOW,
+    beyond_float32,
+    prepare_input,
+)
 from peregrine.runtime.sparse import call_sparse, is_sparse  # noqa: E402
