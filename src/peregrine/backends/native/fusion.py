@@ -11,6 +11,7 @@ import numpy as np
 
 from peregrine.backends.native import epilogue
 from peregrine.ir import Node, Op
+from peregrine.ir.spec import GUARD
 
 FLOAT64 = np.dtype(np.float64)
 
@@ -114,8 +115,10 @@ def prologue_regions(graph, plan: list, make_kernel) -> list:
             continue  # the input itself, or nodes another region took
         inner = names - {end}
         readers = [s for s in out if getattr(s, "name", None) not in names]
+        # another output reading an inner node keeps it; guard outputs do not count: only
+        # runtime/guards.py reads them, by the reference rules, on rows beyond the model's bound
         if any(set(_inputs(s)) & inner for s in readers) or \
-                any(graph.outputs[o] in inner for o in graph.outputs):
+                any(graph.outputs[o] in inner for o in graph.outputs if not o.startswith(GUARD)):
             continue
         made = make_kernel(end, step)
         if made is None:
