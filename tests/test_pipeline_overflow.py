@@ -111,3 +111,24 @@ def test_injection_still_narrows_with_a_guard():
     c = peregrine.compile(PIPES["ct_tree"], backend="reference")
     inject = next(q for q in c.passes if q["pass"] == "inject")
     assert "no longer computed" in inject["changed"] and " 0 column(s)" not in inject["changed"]
+
+
+@pytest.mark.parametrize("name", ["scaler_logistic", "scaler_forest"])
+def test_one_row_builtin_checks_the_bound(name):
+    """Guarded models keep the machine-code one-row method (kernels/pyentry.py): it sends a row
+    holding a magnitude beyond the model's bound to the generic path, which raises where
+    scikit-learn raises, and answers every other row as the Python path does."""
+    p = PIPES[name]
+    c = peregrine.compile(p, "native")
+    method = c.predict_proba
+    row = X[:1].copy()
+    np.testing.assert_allclose(method(row), p.predict_proba(row), rtol=1e-5, atol=1e-6)
+    for v in (1e306, -1e306, np.inf):  # 1e306 / 1e-3 (column 0's scale) overflows
+        bad = row.copy()
+        bad[0, 0] = v
+        with pytest.raises((InputError, ValueError)):
+            _ = p.predict_proba(bad)
+        with pytest.raises(InputError):
+            method(bad)
+    if name == "scaler_logistic":  # a fused row kernel: the method is the builtin
+        assert type(method).__name__ == "builtin_function_or_method"

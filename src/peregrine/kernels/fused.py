@@ -189,7 +189,7 @@ class _ShimSource:
 
 
 def _row_entry(kernel: RowKernel, call: Any, fallback: Any = None, finite_only: bool = False,
-               name: str = "run", doc: str = "") -> Any:
+               name: str = "run", doc: str = "", bound: float = math.inf) -> Any:
     """``call`` as a pyentry builtin over this row kernel (None where one cannot be made)."""
     from peregrine.kernels.pyentry import make_entry
 
@@ -209,4 +209,5 @@ def _row_entry(kernel: RowKernel, call: Any, fallback: Any = None, finite_only: 
                       n_features=int(kernel._plans["float64"].spec.n_features),
                       max_rows=ENTRY_ROWS, width=width, out_stride=width,
                       out_dtype=np.float64, finite_only=finite_only, kernels=kernels,
-                      slots={"x": 0, "stride": 1, "re": 2, "out": 3}, keep=(kernel, keep))
+                      slots={"x": 0, "stride": 1, "re": 2, "out": 3}, keep=(kernel, keep),
+                      bound=bound)

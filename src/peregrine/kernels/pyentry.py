@@ -37,6 +37,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import inspect
+import math
 import pickle
 import sys
 import threading
@@ -55,7 +56,7 @@ OUT_CAP = 1024
 CTX = ("n_features", "max_rows", "width", "out_stride", "out_code", "out_typenum",
        "finite_only", "fallback", "array_type", "array_new", "save_thread", "restore_thread",
        "call_one", "vectorcall", "cmp32_f32", "cmp32_f64", "fn_f32", "fn_f64",
-       "args_f32", "args_f64", "n_args", "arg_x", "arg_stride", "arg_re", "arg_out")
+       "args_f32", "args_f64", "n_args", "arg_x", "arg_stride", "arg_re", "arg_out", "bound")
 _C = {name: i for i, name in enumerate(CTX)}
 OUT_CODES = {np.dtype(np.float64): 0, np.dtype(np.float32): 1, np.dtype(np.int64): 2}
 # CPython / NumPy object layout (checked by _layout_ok before any entry is made)
@@ -144,7 +145,8 @@ def _build(symbol: str, triple: str) -> ir.Module:
                           ir.Constant(I64, 0))
     data = at(X, ARR_DATA, PTR)
     b.store(ir.Constant(I1, 0), bad)
-    _copy_rows(b, fn, data, n, nf, s0, s1, is64, cmp32, xbuf, bad)
+    bound = b.bitcast(c("bound"), F64)
+    _copy_rows(b, fn, data, n, nf, s0, s1, is64, cmp32, xbuf, bad, bound)
     finite_only = b.icmp_signed("!=", c("finite_only"), ir.Constant(I64, 0))
     reject = b.and_(finite_only, b.load(bad, typ=I1))
     run = fn.append_basic_block("run")
@@ -220,8 +222,11 @@ def _loop(b: ir.IRBuilder, fn: ir.Function, start, stop, name: str, body) -> Non
     b.position_at_end(done)
 
 
-def _copy_rows(b, fn, data, n, nf, s0, s1, is64, cmp32, xbuf, bad) -> None:
-    """xbuf[r, f] = X[r, f] in the compare dtype, any strides; bad |= not finite."""
+def _copy_rows(b, fn, data, n, nf, s0, s1, is64, cmp32, xbuf, bad, bound) -> None:
+    """xbuf[r, f] = X[r, f] in the compare dtype, any strides; bad |= not finite, or |X[r, f]|
+    above ``bound`` (+inf: none; a guarded model's input bound, runtime/guards.py)."""
+    fabs = b.module.declare_intrinsic("llvm.fabs", [F64])
+
     def row(r):
         rbase = b.mul(r, s0)
 
@@ -233,8 +238,9 @@ def _copy_rows(b, fn, data, n, nf, s0, s1, is64, cmp32, xbuf, bad) -> None:
             # (scikit-learn's trees reject it as "too large for float32")
             t = b.fptrunc(v, F32)
             seen = b.select(cmp32, b.fpext(t, F64), v)
-            b.store(b.or_(b.load(bad, typ=I1), b.fcmp_unordered("uno", b.fsub(seen, seen), seen)),
-                    bad)
+            over = b.fcmp_ordered(">", b.call(fabs, [v]), bound)
+            b.store(b.or_(b.load(bad, typ=I1), b.or_(
+                b.fcmp_unordered("uno", b.fsub(seen, seen), seen), over)), bad)
             at = b.add(b.mul(r, nf), f)
             with b.if_else(cmp32) as (narrow, wide):
                 with narrow:
@@ -350,12 +356,14 @@ def _entry_address() -> int | None:
 def make_entry(name: str, doc: str, fallback: Any, *, n_features: int, max_rows: int,
                width: int, out_stride: int, out_dtype: np.dtype, finite_only: bool,
                kernels: dict[np.dtype, tuple[int, bool, np.ndarray]], slots: dict[str, int],
-               keep: Any = None) -> Any:
+               keep: Any = None, bound: float = math.inf) -> Any:
     """A builtin ``name(X)`` that runs the kernels for inputs it can check, else
     ``fallback(X)``. ``kernels``: input dtype (float32, float64) -> (kernel address, whether
     it compares in float32, its argument block template as an int64 array); ``slots``: which
     argument words take the input pointer, its row stride, the row count and the output
     pointer (``x``, ``stride``, ``re``, ``out``). ``keep``: objects the addresses point into.
+    ``bound``: with ``finite_only``, inputs holding a magnitude above it also go to
+    ``fallback`` (a guarded model's bound, runtime/guards.py).
     None when this interpreter's layout is not the one checked for, or out of range."""
     out_dtype = np.dtype(out_dtype)
     if (out_dtype not in OUT_CODES or set(kernels) != {np.dtype(np.float32),
@@ -380,6 +388,7 @@ def make_entry(name: str, doc: str, fallback: Any, *, n_features: int, max_rows:
         "args_f32": f32[2].ctypes.data, "args_f64": f64[2].ctypes.data,
         "n_args": len(f32[2]), "arg_x": slots["x"], "arg_stride": slots["stride"],
         "arg_re": slots["re"], "arg_out": slots["out"],
+        "bound": int(np.float64(bound).view(np.int64)),
     }
     if len(f32[2]) != len(f64[2]) or len(f32[2]) > 16:
         return None

@@ -269,8 +269,8 @@ class CompiledModel:
             # a step re-validates what earlier ones computed (runtime/guards.py): inputs whose
             # sum of squares proves every |x| <= bound pass (one BLAS pass; NaN fails it); the
             # others take the generic path, which checks exactly. The machine-code builtin
-            # checks finiteness only, so it is not used here
-            inner_fast, lim2, native = fast, bound * bound * (1 - 1e-6), None
+            # checks each value against the bound as it copies it (kernels/pyentry.py)
+            hook, inner_fast, lim2, native = native, fast, bound * bound * (1 - 1e-6), None
             dot = np.dot
 
             f32, lim32 = np.dtype(np.float32), lim2 * 0.5
@@ -287,6 +287,8 @@ class CompiledModel:
                 return inner_fast(X) if ok else generic(name, X)
 
             if spec.finite_dtype != "float32" or bound < FLOAT32_OVERFLOW:
+                if hook is not None:  # values beyond the bound, NaN or inf: the generic path
+                    fast.native = partial(hook, finite_only=True, bound=bound)
                 return fast  # the proof also proves every value finite: no other check
         if getattr(run, "checks_finite", False):
             # the kernel checked as it read the rows: no separate pass over the input

@@ -166,6 +166,41 @@ def _rule(n: Any, ins: list, m: float) -> np.ndarray | None:
     return None
 
 
+_READ: dict[int, tuple[ModelSpec, frozenset | None]] = {}
+
+
+def read_columns(spec: ModelSpec) -> frozenset | None:
+    """The input columns the program reads: the union of the column selections reading the
+    input when those are its only readers (a ColumnTransformer's blocks, the selections the
+    injection pass moved to the input), else None (every column)."""
+    entry = _READ.get(id(spec))
+    if entry is not None and entry[0] is spec:
+        return entry[1]
+    graph = spec.graph
+    x = next(n.name for n in graph.nodes if n.op is Op.INPUT)
+    readers = [n for n in graph.nodes if x in n.inputs]
+    read: frozenset | None = None
+    if readers and all(n.op is Op.SELECT for n in readers):
+        # string columns an encoder with handle_unknown='error' reads are looked up even when
+        # the passes dropped every indicator of theirs: the lookup is where the unseen
+        # category raises, as scikit-learn's encoder would
+        read = frozenset(int(c) for n in readers
+                         for c in np.asarray(n.attrs.columns).reshape(-1)) | frozenset(
+                             spec.category_unknown_error)
+    if read is not None:  # the columns guards read at the input (runtime/guards.py)
+        for o, v in graph.outputs.items():
+            if o.startswith(GUARD) and v == x and \
+                    not o.startswith((GUARD + "na:", GUARD + "input:")):
+                if "@" not in o:
+                    read = None
+                    break
+                read = read | frozenset(int(c) for c in o.split("@", 1)[1].split(","))
+    if len(_READ) > 4096:
+        _READ.clear()
+    _READ[id(spec)] = (spec, read)
+    return read
+
+
 def check_guards(spec: ModelSpec, arr: Any) -> None:
     """Raise InputError where a guarded value breaks its step's rule (the rows whose largest
     magnitude exceeds M are evaluated; the others cannot)."""
@@ -175,8 +210,6 @@ def check_guards(spec: ModelSpec, arr: Any) -> None:
     x = arr if isinstance(arr, np.ndarray) else arr.detach().cpu().numpy()
     if not x.size:
         return
-    from peregrine.runtime.inputs import read_columns  # (inputs imports this module)
-
     read = read_columns(spec)  # the columns the graph and its guards read (the others: a
     probe = x if read is None or len(read) >= x.shape[1] else \
         x[:, np.asarray(sorted(read), dtype=np.intp)]  # frame's unconverted zeros)

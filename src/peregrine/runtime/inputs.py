@@ -10,11 +10,10 @@ from typing import Any
 import numpy as np
 
 from peregrine.errors import InputError
-from peregrine.ir import Op
 from peregrine.ir.spec import GUARD, ModelSpec
 from peregrine.runtime.cat_hash import hash_column
 from peregrine.runtime.categories import category_codes, few_codes, is_vocabulary
-from peregrine.runtime.guards import na_columns
+from peregrine.runtime.guards import na_columns, read_columns
 from peregrine.runtime.sparse import densify, is_sparse
 
 
@@ -308,41 +307,6 @@ FEW_ROWS = 64  # frames up to this many rows take the column-array path
 
 # id(spec) -> (spec, the input columns some node reads, or None for all): the graph is fixed
 # once compiled, so this is worked out once per model
-_READ: dict[int, tuple[ModelSpec, frozenset | None]] = {}
-
-
-def read_columns(spec: ModelSpec) -> frozenset | None:
-    """The input columns the program reads: the union of the column selections reading the
-    input when those are its only readers (a ColumnTransformer's blocks, the selections the
-    injection pass moved to the input), else None (every column)."""
-    entry = _READ.get(id(spec))
-    if entry is not None and entry[0] is spec:
-        return entry[1]
-    graph = spec.graph
-    x = next(n.name for n in graph.nodes if n.op is Op.INPUT)
-    readers = [n for n in graph.nodes if x in n.inputs]
-    read: frozenset | None = None
-    if readers and all(n.op is Op.SELECT for n in readers):
-        # string columns an encoder with handle_unknown='error' reads are looked up even when
-        # the passes dropped every indicator of theirs: the lookup is where the unseen
-        # category raises, as scikit-learn's encoder would
-        read = frozenset(int(c) for n in readers
-                         for c in np.asarray(n.attrs.columns).reshape(-1)) | frozenset(
-                             spec.category_unknown_error)
-    if read is not None:  # the columns guards read at the input (runtime/guards.py)
-        for o, v in graph.outputs.items():
-            if o.startswith(GUARD) and v == x and \
-                    not o.startswith((GUARD + "na:", GUARD + "input:")):
-                if "@" not in o:
-                    read = None
-                    break
-                read = read | frozenset(int(c) for c in o.split("@", 1)[1].split(","))
-    if len(_READ) > 4096:
-        _READ.clear()
-    _READ[id(spec)] = (spec, read)
-    return read
-
-
 def checked_columns(spec: ModelSpec) -> frozenset:
     """Input columns a step that rejects NaN or infinity reads as they are (guards of kind
     "input": ``steps.Context.reject_nan`` on input columns), read by an op or not."""

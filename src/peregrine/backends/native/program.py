@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import threading
 from dataclasses import dataclass
 from functools import partial
@@ -370,7 +371,7 @@ class ForestProgram:
 
     def _native(self, by_num: dict, call: Any, width: int, out_dtype: np.dtype,
                 fallback: Any = None, finite_only: bool = False, name: str = "run",
-                doc: str = "") -> Any:
+                doc: str = "", bound: float = math.inf) -> Any:
         """``call`` as a builtin that checks and copies the rows, runs the kernel and makes
         the result in machine code (kernels/pyentry.py), or None where it cannot be made;
         inputs it does not take go to ``fallback`` (default ``call``)."""
@@ -384,7 +385,7 @@ class ForestProgram:
                           out_stride=obuf.shape[1], out_dtype=out_dtype,
                           finite_only=finite_only, kernels=kernels,
                           slots={"x": _ARG["X"], "stride": _ARG["stride"], "re": _RE,
-                                 "out": _ARG["out"]}, keep=(call, by_num))
+                                 "out": _ARG["out"]}, keep=(call, by_num), bound=bound)
 
     def _few_rows(self, X: np.ndarray, program: np.ndarray, width: int) -> np.ndarray:
         """A few rows through the tree-lane kernel, with buffers of this call's own."""
