@@ -33,9 +33,6 @@ TILE_SLACK = 2 * BYTES  # the last register pair of a walk group may read past i
 
 
 SEARCH_LEVELS = BIN_SLOTS.bit_length() - 1  # halving steps of the binary search
-# levels of the search whose candidates come from registers: the last (128 candidates, eight
-# registers) costs four two-register permutes and three selects per walk group
-TABLE_LEVELS = SEARCH_LEVELS
 
 
 def level_first(level: int) -> int:
@@ -65,8 +62,10 @@ class BinnedWalks:
                               source_etype=self.ct), typ=v.ty(self.ct), align=4)
 
         out = []
-        for level in range(min(SEARCH_LEVELS, TABLE_LEVELS)):
+        for level in range(SEARCH_LEVELS):
             n = 1 << level
+            # up to 8 registers (the last level of 16 lanes: four two-register permutes and
+            # three selects per walk group, measured cheaper than its gather on Zen 4)
             if n > 2 * MAX_TABLE_REGS * v.w:
                 break
             if level < 4 and v.w >= 16:  # levels 0-3: slots 0..14, one register
