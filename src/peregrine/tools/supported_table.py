@@ -29,9 +29,11 @@ def render() -> str:
     if everywhere:  # one line instead of five identical columns
         lines.append("")
         lines.append(f"Every class runs on every in-process backend ({', '.join(in_process)}; "
-                     "`supported_models()[i]['backends']`). The ONNX export takes a numeric "
-                     "matrix: string and pandas category input columns are not exported for "
-                     "any class ([docs/export.md](docs/export.md)).")
+                     "`supported_models()[i]['backends']`). In an ONNX export, string and "
+                     "pandas category input columns are their codes (categories in the file's "
+                     "metadata), or string inputs coded inside the file with "
+                     "`string_inputs=True`; CatBoost's hashed string features are refused "
+                     "([docs/export.md](docs/export.md)).")
     return "\n".join(lines)
 
 
