@@ -19,24 +19,13 @@ import peregrine
 from peregrine import CompileOptions
 from peregrine.errors import InputError
 from peregrine.runtime.inputs import read_columns
+from tests.compile_helpers import sklearn_predict_or_none
 
 BACKENDS = ["reference", "torch", "native"]
 rng = np.random.default_rng(0)
 COLS = [f"f{j}" for j in range(60)]
 DF = pd.DataFrame(rng.normal(size=(600, 60)), columns=COLS)
 Y = (DF["f3"] + DF["f40"] > 0).astype(int)
-
-
-def _sk(p, X):
-    try:
-        with np.errstate(all="ignore"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return p.predict(X)
-    except ValueError:
-        return None
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -55,7 +44,7 @@ def test_selector_validates_every_column(backend, passes):
             for n in (200, 3):  # the batch and the few-rows conversions
                 bad = DF.iloc[:n].copy()
                 bad.iloc[1, col] = v
-                want = _sk(p, bad)
+                want = sklearn_predict_or_none(p, bad)
                 if want is None:
                     with pytest.raises(InputError):
                         c.predict(bad)

@@ -17,6 +17,7 @@ from sklearn.tree import DecisionTreeClassifier
 import peregrine
 from peregrine import CompileOptions
 from peregrine.errors import InputError
+from tests.compile_helpers import sklearn_predict_or_none
 
 BACKENDS = ["reference", "torch", "native"]
 rng = np.random.default_rng(0)
@@ -55,18 +56,6 @@ def _cases():
                 yield Xt
 
 
-def _sk(p, Xt):
-    try:
-        with np.errstate(all="ignore"):
-            import warnings
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return p.predict(Xt)
-    except ValueError:
-        return None
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(PIPES))
 @pytest.mark.parametrize("passes", [True, False])
@@ -77,7 +66,7 @@ def test_raises_where_sklearn_raises(name, backend, passes):
     np.testing.assert_array_equal(c.predict(X), p.predict(X))
     raised = answered = 0
     for Xt in _cases():
-        want = _sk(p, Xt)
+        want = sklearn_predict_or_none(p, Xt)
         for rows in (Xt, Xt[2:3]):  # the batch path and the one-row path
             want_rows = want if rows is Xt or want is None else want[2:3]
             if want is None:
