@@ -27,7 +27,9 @@ from peregrine.errors import InputError
 from peregrine.ir import Op
 from peregrine.ir.spec import GUARD, ModelSpec
 
-# the smallest float64 magnitude float32 rounds to infinity (runtime/inputs.py)
+# the smallest float64 magnitude that rounds to infinity in float32: 2**128 less half an ulp
+# of FLT_MAX (that tie rounds to even, which is infinity); the input boundary (inputs.py)
+# checks it too
 FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
 _MAX64 = float(np.finfo(np.float64).max)
 # relative slack on the analysed bounds: they are exact-arithmetic bounds, and each op rounds

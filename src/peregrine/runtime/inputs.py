@@ -13,7 +13,7 @@ from peregrine.errors import InputError
 from peregrine.ir.spec import GUARD, ModelSpec
 from peregrine.runtime.cat_hash import hash_column
 from peregrine.runtime.categories import category_codes, few_codes, is_vocabulary
-from peregrine.runtime.guards import na_columns, read_columns
+from peregrine.runtime.guards import FLOAT32_OVERFLOW, na_columns, read_columns
 from peregrine.runtime.sparse import densify, is_sparse
 
 
@@ -90,9 +90,6 @@ def _check_shape(shape: tuple, spec: ModelSpec) -> None:
         )
 
 
-# the smallest float64 magnitude that rounds to infinity in float32: 2**128 less half an ulp
-# of FLT_MAX (that tie rounds to even, which is infinity)
-FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
 
 
 def beyond_float32(arr: np.ndarray) -> bool:
