@@ -1,7 +1,7 @@
 """CompiledModel -> ONNX: walk the program's IR graph, lower each op through ``LOWERINGS``
-(``onnx_ops.py``, ``onnx_trees.py``), give the public methods named outputs, check the model
-with ``onnx.checker`` and validate it in ONNX Runtime against the compiled model before it is
-written. docs/export.md says what exports and how exact it is."""
+(``onnx_ops.py``, ``onnx_math.py``, ``onnx_trees.py``, ...), give the public methods named
+outputs, check the model with ``onnx.checker`` and validate it in ONNX Runtime against the
+compiled model before it is written. docs/export.md says what exports and how exact it is."""
 
 from __future__ import annotations
 
@@ -83,6 +83,7 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     from peregrine.export import (  # noqa: F401  (importing registers the lowerings)
         onnx_kernels,
         onnx_lookup,
+        onnx_math,
         onnx_neighbours,
         onnx_nn,
         onnx_ops,

@@ -1,6 +1,6 @@
 """The ONNX graph under construction (``Emitter``) and the table of per-op lowerings
 (``LOWERINGS``, keyed by ``Op``, filled by ``@lowering`` beside each function in
-``onnx_ops.py`` and ``onnx_trees.py``)."""
+``onnx_ops.py``, ``onnx_math.py``, ``onnx_trees.py`` and the other ``onnx_*`` modules)."""
 
 from __future__ import annotations
 

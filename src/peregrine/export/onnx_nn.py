@@ -14,7 +14,7 @@ next layer, or a forest comparing in float32, reads it without another rounding.
   (gelu "tanh" rounds every step, as ATen's kernel and the rule); exp, log, tanh are ONNX
   Runtime's double functions (within an ulp or two of NumPy's, so the float32 results agree
   but where the double value lies within that of a float32 rounding boundary); expm1 and log1p
-  by the exact forms of ``onnx_ops``. gelu's erf (``approximate="none"``) is Cephes' erf in
+  by the exact forms of ``onnx_math``. gelu's erf (``approximate="none"``) is Cephes' erf in
   double (``_erf``: ONNX Runtime's Erf takes float32 only and is an approximation, 12% of
   float32 arguments one ulp from the correctly rounded value; measured for this one: within
   1.4e-16 relative of scipy's erf, and rounded to float32 equal on all but 1 in 3 million
@@ -30,7 +30,8 @@ import numpy as np
 from onnx import TensorProto
 
 from peregrine.export.onnx_graph import Emitter, lowering
-from peregrine.export.onnx_ops import _expm1, _log1p, _sigmoid
+from peregrine.export.onnx_math import expm1, log1p
+from peregrine.export.onnx_ops import _sigmoid
 from peregrine.export.onnx_transformers import _horner
 from peregrine.ir.ops import Op
 
@@ -135,7 +136,7 @@ def _where_positive(e: Emitter, x: str, yes: str, no: str) -> str:
 
 def _elu(e: Emitter, x: str, a: Any, f32: bool) -> str:
     negcoef = a.param_of(a.param("alpha") * a.param("scale"))
-    neg = e.op("Mul", [_expm1(e, e.op("Mul", [x, _c(e, a.param("input_scale"))])),
+    neg = e.op("Mul", [expm1(e, e.op("Mul", [x, _c(e, a.param("input_scale"))])),
                        _c(e, negcoef)])
     return _where_positive(e, x, e.op("Mul", [x, _c(e, a.param("scale"))]), neg)
 
@@ -191,7 +192,7 @@ def _gelu(e: Emitter, x: str, a: Any, f32: bool) -> str:
 def _softplus(e: Emitter, x: str, a: Any, f32: bool) -> str:
     beta = _c(e, a.param("beta"))
     xb = e.op("Mul", [x, beta])
-    soft = e.op("Div", [_log1p(e, e.op("Exp", [xb])), beta])
+    soft = e.op("Div", [log1p(e, e.op("Exp", [xb])), beta])
     return e.op("Where", [e.op("Greater", [xb, _c(e, a.param("threshold"))]), x, soft])
 
 
@@ -219,7 +220,7 @@ _ACTIVATIONS = {
     "softplus": _softplus,
     "silu": lambda e, x, a, f32: e.op("Div", [x, e.op("Add", [_c(e, 1.0), e.op(
         "Exp", [e.op("Neg", [x])])])]),
-    "mish": lambda e, x, a, f32: e.op("Mul", [x, e.op("Tanh", [_log1p(e, e.op("Exp", [x]))])]),
+    "mish": lambda e, x, a, f32: e.op("Mul", [x, e.op("Tanh", [log1p(e, e.op("Exp", [x]))])]),
     "softmax": _softmax,
     "log_softmax": lambda e, x, a, f32: _softmax(e, x, a, f32, log=True),
 }
