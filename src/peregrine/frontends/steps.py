@@ -133,6 +133,9 @@ class Context:
             node = sel.inputs[0]
             cols = "@" + ",".join(str(int(c)) for c in np.asarray(sel.attrs.columns).reshape(-1))
         key = (node + cols, kind)
+        if kind == "inf" and any((node + cols, k) in self.guarded
+                                 for k in ("inf+nan", "float32", "float32+nan")):
+            return  # a stricter guard on the same values already rejects infinity
         if key not in self.guarded:
             self.guarded[key] = f"{GUARD}{kind}:{len(self.guarded)}:{name}{cols}"
 
@@ -204,7 +207,33 @@ def convert_step(est: Any, ctx: Context, flow: Flow) -> Flow:
     if n_in is not None and int(n_in) != flow.width:
         raise UnsupportedModelError(f"{qualified_name(est)} expects {n_in} columns, gets "
                                     f"{flow.width}")
-    return entry.fn(est, ctx, flow)
+    out = entry.fn(est, ctx, flow)
+    if any(s is None for s in flow.src) and rejects_inf(est):
+        ctx.guard(flow, est, "inf")  # its check_array on what earlier steps computed
+    return out
+
+
+def rejects_inf(est: Any) -> bool:
+    """Whether ``est.transform`` validates its input with a check_array that refuses
+    infinity: every registered scikit-learn transformer (tried one by one, scikit-learn 1.9:
+    the NaN-accepting scalers, imputers, encoders, Quantile/PowerTransformer included) except
+    the compositions, which hand X on unchecked, FunctionTransformer(validate=False), and the
+    selectors whose tags allow NaN (``ensure_all_finite=False``: VarianceThreshold, RFE or
+    SelectFromModel around a NaN-accepting estimator)."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.feature_selection import SelectorMixin
+    from sklearn.pipeline import FeatureUnion, Pipeline
+    from sklearn.preprocessing import FunctionTransformer
+    from sklearn.utils import get_tags
+
+    if not type(est).__module__.startswith("sklearn.") or \
+            isinstance(est, (Pipeline, FeatureUnion, ColumnTransformer)):
+        return False
+    if isinstance(est, FunctionTransformer):
+        return bool(est.validate)
+    if isinstance(est, SelectorMixin):
+        return not get_tags(est).input_tags.allow_nan
+    return True
 
 
 def convert_head(est: Any, ctx: Context, flow: Flow) -> Head:

@@ -270,14 +270,19 @@ class CompiledModel:
             # sum of squares proves every |x| <= bound pass (one BLAS pass; NaN fails it); the
             # others take the generic path, which checks exactly. The machine-code builtin
             # checks each value against the bound as it copies it (kernels/pyentry.py)
-            hook, inner_fast, lim2, native = native, fast, bound * bound * (1 - 1e-6), None
-            dot = np.dot
+            # EVERY_ROW (a negative bound: even a zero row may break a rule) makes the limit
+            # negative, so no row passes; float64 limits: a float32 sum meets them unrounded
+            lim2 = np.float64(math.copysign(bound * bound, bound) * (1 - 1e-6))
+            hook, inner_fast, native = native, fast, None
+            # np.vdot: the same BLAS sum, but NumPy reads no floating-point status after it;
+            # np.dot warns of the overflow (|x| > 1e154) this proof exists to catch
+            dot = np.vdot
 
             f32, lim32 = np.dtype(np.float32), lim2 * 0.5
 
             def fast(X: np.ndarray) -> np.ndarray:  # noqa: F811
                 flat = X.ravel(order="K")  # a view of a C- or F-ordered matrix
-                # (BLAS sets no NumPy error state: no errstate needed, ~1 us saved a call).
+                # (vdot raises no warning: no errstate needed, ~1 us saved a call).
                 # A float32 sum of n squares may fall short of the exact one by n * 2**-24 of
                 # it: half the limit, up to 2**22 values, keeps the proof a proof
                 if X.dtype == f32:

@@ -36,6 +36,10 @@ _MAX64 = float(np.finfo(np.float64).max)
 # (a LINEAR row sum of n terms by at most n ulps); 1e-6 covers a million terms
 _SLACK = 1e-6
 
+# M when even an all-zero row may break a rule: every row is checked (|x| > -1 always holds;
+# CompiledModel's one-row proof compares a sum of squares with -M*M, which nothing passes)
+EVERY_ROW = -1.0
+
 # id(spec) -> (spec, guards, M)
 _CACHE: dict[int, tuple[ModelSpec, tuple, float]] = {}
 
@@ -84,26 +88,46 @@ def _limit(kind: str) -> float:
 
 def _safe_magnitude(spec: ModelSpec, found: tuple) -> float:
     """The largest power of two M such that inputs with |x| <= M keep every guarded value
-    within its limit (and NaN-free: NaN only comes from an infinity, or from ops this
-    analysis does not know, which give M = 0: every large-enough input is then checked)."""
-    def ok(m: float) -> bool:
-        b = _bounds(spec, m)
-        return all(node_ok(_columns(o, b.get(spec.graph.outputs[o])), kind)
-                   for o, kind, _ in found)
+    within its rule, or EVERY_ROW when even an all-zero row may break one (log(0) is -inf).
 
-    def node_ok(v: Any, kind: str) -> bool:
-        return v is not None and bool(np.all(v * (1 + _SLACK) < _limit(kind)))
+    Sound for both input dtypes: on a float64 input no node the guards read may overflow
+    float64 (an infinity can turn into NaN or a finite value further on, so the analysis does
+    not follow it); on a float32 input the ops that keep float32 overflow at float32's range,
+    so no such node may reach it either. M is the smaller of the two bounds."""
+    graph = spec.graph
+    needed = graph.needed([graph.outputs[o] for o, _, _ in found])
 
-    lo, hi = -1074, 1024  # M = 2**k: bisect on the exponent (bounds grow with M)
-    if not ok(2.0**lo):
-        return 0.0
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if ok(2.0**mid):
-            lo = mid
-        else:
-            hi = mid
-    return 2.0**lo
+    def ok(m: float, node_limit: float) -> bool:
+        b = _intervals(graph, needed, m)
+        if any(v is not None and not _within(v, node_limit) for v in b.values()):
+            return False
+        for o, kind, _ in found:
+            v = b[graph.outputs[o]]
+            if v is None:
+                return False
+            lo, hi, nan = (_columns(o, a) for a in v)
+            if not _within((lo, hi), _limit(kind)) or (kind.endswith("+nan") and nan.any()):
+                return False
+        return True
+
+    def largest(node_limit: float) -> float:
+        lo, hi = -1074, 1024  # M = 2**k: bisect on the exponent (bounds grow with M)
+        if not ok(2.0**lo, node_limit):
+            return 0.0 if ok(0.0, node_limit) else EVERY_ROW
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if ok(2.0**mid, node_limit):
+                lo = mid
+            else:
+                hi = mid
+        return 2.0**lo
+
+    return min(largest(_MAX64), largest(FLOAT32_OVERFLOW))
+
+
+def _within(v: tuple, limit: float) -> bool:
+    with np.errstate(invalid="ignore"):  # a NaN bound fails
+        return bool(np.all(np.maximum(np.abs(v[0]), np.abs(v[1])) * (1 + _SLACK) < limit))
 
 
 def _columns(output: str, v: Any) -> Any:
@@ -115,57 +139,158 @@ def _columns(output: str, v: Any) -> Any:
     return v[..., cols]
 
 
-def _bounds(spec: ModelSpec, m: float) -> dict[str, np.ndarray]:
-    """Per node, an upper bound of each column's magnitude for inputs with |x| <= m (None
-    where an op is not analysed); only the nodes guards read are needed."""
-    graph = spec.graph
-    wanted = [graph.outputs[o] for o in graph.outputs if o.startswith(GUARD)]
-    needed = graph.needed(wanted)
-    out: dict[str, Any] = {}
-    with np.errstate(all="ignore"):
+# An interval per column: (lo, hi, nan), float64 arrays lo <= hi bounding every value a node
+# computes for inputs in [-m, m], and a bool array "may be NaN the steps computed" (log of a
+# negative number; a NaN in the input itself is the boundary's business: inputs.py)
+Interval = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _intervals(graph: Any, needed: Any, m: float) -> dict[str, Interval | None]:
+    """Per needed node its interval (None where no rule is known: no bound)."""
+    out: dict[str, Interval | None] = {}
+    with np.errstate(all="ignore"):  # bounds beyond float64 are infinite: they fail the check
         for n in graph.toposort():
             if n.name not in needed:
                 continue
             ins = [out.get(i) for i in n.inputs]
-            if any(v is None for v in ins):
+            rule = _RULES.get(n.op)
+            if rule is None or (n.op not in _ANY_INPUT and any(v is None for v in ins)):
                 out[n.name] = None
-                continue
-            out[n.name] = _rule(n, ins, m)
+            else:
+                out[n.name] = rule(n, n.attrs, ins, m)
     return out
 
 
-def _f(v: Any) -> np.ndarray:
-    return np.abs(np.asarray(v, dtype=np.float64))
+def _ends(a: np.ndarray, b: np.ndarray, nan: np.ndarray) -> Interval:
+    """The interval of a function monotone on the input interval, from its two ends."""
+    return np.minimum(a, b), np.maximum(a, b), nan
 
 
-def _rule(n: Any, ins: list, m: float) -> np.ndarray | None:
-    a = n.attrs
-    op = n.op
-    if op is Op.INPUT:
-        return np.full(int(n.width), m)
-    x = ins[0] if ins else None
-    if op is Op.SELECT:
-        return x[np.asarray(a.columns, dtype=np.int64).reshape(-1)]
-    if op is Op.CONCAT:
-        return np.concatenate(ins)
-    if op is Op.CENTER_SCALE:
-        return (x + _f(a.center)) / _f(a.scale)
-    if op is Op.AFFINE:
-        return x * _f(a.scale) + _f(a.shift)
-    if op is Op.IMPUTE:
-        return np.maximum(x, np.nan_to_num(_f(a.values), nan=0.0))
-    if op is Op.CLIP:
-        return np.minimum(x, max(abs(float(a.low)), abs(float(a.high))))
-    if op is Op.LINEAR:
-        return x @ _f(a.weight) + _f(a.bias)
-    if op is Op.POLYNOMIAL:
-        p = np.asarray(a.powers, dtype=np.float64)
-        return np.exp2(p @ np.log2(np.maximum(x, 1.0)))  # prod x_j**p_j, factors >= 1
-    if op is Op.NORMALIZE:
-        return np.ones(int(n.width))
-    if op is Op.ONE_HOT:
-        return np.ones(int(n.width))
-    return None
+def _fixed(n: Any, lo: float, hi: float, nan: Any = False) -> Interval:
+    w = int(n.width)
+    return np.full(w, lo), np.full(w, hi), np.broadcast_to(np.asarray(nan), (w,)).copy()
+
+
+def _f(v: Any, width: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(v, dtype=np.float64), (width,))
+
+
+def _linear(n: Any, a: Any, ins: list, m: float) -> Interval:
+    lo, hi, nan = ins[0]
+    w = np.asarray(a.weight, dtype=np.float64)
+    pos, neg = np.maximum(w, 0.0), np.minimum(w, 0.0)
+    bias = np.asarray(a.bias, dtype=np.float64)
+    any_nan = np.full(w.shape[1], nan.any())  # NaN * 0 is NaN: every output
+    return lo @ pos + hi @ neg + bias, hi @ pos + lo @ neg + bias, any_nan
+
+
+def _polynomial(n: Any, a: Any, ins: list, m: float) -> Interval:
+    lo, hi, nan = ins[0]
+    p = np.asarray(a.powers, dtype=np.float64)
+    mag = np.maximum(np.maximum(np.abs(lo), np.abs(hi)), 1.0)  # factors >= 1 bound the product
+    b = np.exp2(p @ np.log2(mag))
+    return -b, b, (p @ nan.astype(np.float64)) > 0
+
+
+def _impute(n: Any, a: Any, ins: list, m: float) -> Interval:
+    lo, hi, nan = ins[0]
+    v = _f(a.values, lo.size)
+    fill = np.nan_to_num(v, nan=0.0)  # a NaN fill value leaves NaN, flagged below
+    lo2, hi2 = np.minimum(lo, fill), np.maximum(hi, fill)
+    if math.isnan(float(a.missing)):
+        return lo2, hi2, nan & np.isnan(v)
+    return lo2, hi2, nan | np.isnan(v)
+
+
+# the domain's lower end of the ufuncs defined on part of the line (below it: NaN); each
+# other ufunc is monotone over the line unless named in _UFUNC_SPECIAL
+_DOMAIN = {"log": 0.0, "log2": 0.0, "log10": 0.0, "log1p": -1.0, "sqrt": 0.0}
+_DECREASING = frozenset({"negative"})
+
+
+def _ufunc(n: Any, a: Any, ins: list, m: float) -> Interval:
+    lo, hi, nan = ins[0]
+    name = str(a.name)
+    f = getattr(np, name)
+    if name in ("sin", "cos"):
+        return _fixed(n, -1.0, 1.0, nan)
+    if name in ("absolute", "square"):
+        low = np.where((lo <= 0) & (hi >= 0), 0.0, np.minimum(np.abs(lo), np.abs(hi)))
+        high = np.maximum(np.abs(lo), np.abs(hi))
+        return f(low), f(high), nan
+    if name == "reciprocal":  # monotone on each side of 0; 1/0 is infinity
+        spans0 = (lo <= 0) & (hi >= 0)
+        return (np.where(spans0, -np.inf, 1.0 / hi), np.where(spans0, np.inf, 1.0 / lo), nan)
+    if name in _DOMAIN:
+        d = _DOMAIN[name]
+        nan = nan | (lo < d)  # values below the domain become NaN
+        lo, hi = np.maximum(lo, d), np.maximum(hi, d)
+    a_, b_ = f(lo), f(hi)
+    return _ends(b_, a_, nan) if name in _DECREASING else _ends(a_, b_, nan)
+
+
+def _power(n: Any, a: Any, ins: list, m: float) -> Interval:
+    from peregrine.ir.semantics.transformers import box_cox, yeo_johnson
+
+    lo, hi, nan = ins[0]
+    if a.method == "box-cox":  # x <= 0 raises first (its RANGE_CHECK, an input check)
+        tiny = np.nextafter(0.0, 1.0)
+        lo, hi = np.maximum(lo, tiny), np.maximum(hi, tiny)
+    fn = yeo_johnson if a.method == "yeo-johnson" else box_cox
+    lam = np.asarray(a.lambdas, dtype=np.float64)
+    # both transforms increase with x for every lambda: the ends map to the ends
+    low = np.asarray([fn(np.asarray([v]), float(k))[0] for v, k in zip(lo, lam)])
+    high = np.asarray([fn(np.asarray([v]), float(k))[0] for v, k in zip(hi, lam)])
+    return low, high, nan
+
+
+def _quantile(n: Any, a: Any, ins: list, m: float) -> Interval:
+    from peregrine.ir.semantics.transformers import quantile_clip
+
+    low, high = quantile_clip() if a.output == "normal" else (0.0, 1.0)
+    return _fixed(n, low, high, True if ins[0] is None else ins[0][2])  # NaN passes through
+
+
+def _digitize(n: Any, a: Any, ins: list, m: float) -> Interval:
+    counts = np.asarray([len(e) for e in a.edges], dtype=np.float64)
+    return np.zeros(counts.size), counts, np.zeros(counts.size, dtype=bool)
+
+
+def _clip(n: Any, a: Any, ins: list, m: float) -> Interval:
+    lo, hi, nan = ins[0]
+    low, high = float(a.low), float(a.high)
+    return np.clip(lo, low, high), np.clip(hi, low, high), nan
+
+
+def _rowwise(n: Any, a: Any, ins: list, m: float) -> Interval:  # NORMALIZE: |x_j| <= norm
+    return _fixed(n, -1.0, 1.0, ins[0][2].any())
+
+
+# ops whose output lies in a fixed range whatever their input holds (infinity, NaN): the
+# rule needs no interval of the input (QUANTILE's NaN passes through: all flagged without one)
+_ANY_INPUT = frozenset({Op.ONE_HOT, Op.BINARIZE, Op.DIGITIZE, Op.QUANTILE})
+
+_RULES: dict[Op, Any] = {
+    Op.INPUT: lambda n, a, ins, m: _fixed(n, -m, m),
+    Op.SELECT: lambda n, a, ins, m: tuple(
+        v[np.asarray(a.columns, dtype=np.int64).reshape(-1)] for v in ins[0]),
+    Op.CONCAT: lambda n, a, ins, m: tuple(np.concatenate(v) for v in zip(*ins)),
+    Op.CENTER_SCALE: lambda n, a, ins, m: _ends(
+        *((e - _f(a.center, e.size)) / _f(a.scale, e.size) for e in ins[0][:2]), ins[0][2]),
+    Op.AFFINE: lambda n, a, ins, m: _ends(
+        *(e * _f(a.scale, e.size) + _f(a.shift, e.size) for e in ins[0][:2]), ins[0][2]),
+    Op.IMPUTE: _impute,
+    Op.CLIP: _clip,
+    Op.LINEAR: _linear,
+    Op.POLYNOMIAL: _polynomial,
+    Op.NORMALIZE: _rowwise,
+    Op.ONE_HOT: lambda n, a, ins, m: _fixed(n, 0.0, 1.0),
+    Op.BINARIZE: lambda n, a, ins, m: _fixed(n, 0.0, 1.0),  # NaN > t is False: 0
+    Op.UFUNC: _ufunc,
+    Op.POWER: _power,
+    Op.QUANTILE: _quantile,
+    Op.DIGITIZE: _digitize,
+}
 
 
 _READ: dict[int, tuple[ModelSpec, frozenset | None]] = {}
@@ -217,7 +342,8 @@ def check_guards(spec: ModelSpec, arr: Any) -> None:
         x[:, np.asarray(sorted(read), dtype=np.intp)]  # frame's unconverted zeros)
     flat = probe.ravel(order="K")  # a view of a C- or F-ordered matrix
     # NaN-ignoring max and min: no (rows, columns) temporary on the common path
-    if np.fmax.reduce(flat) <= m and np.fmin.reduce(flat) >= -m:
+    # (as Python floats: a float32 compared with a float64 beyond its range warns of the cast)
+    if float(np.fmax.reduce(flat)) <= m and float(np.fmin.reduce(flat)) >= -m:
         return
     with np.errstate(invalid="ignore"):
         rows = np.flatnonzero(np.any(np.abs(x) > m, axis=1))
