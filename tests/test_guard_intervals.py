@@ -1,0 +1,198 @@
+"""Guards (runtime/guards.py) past the scalers: interval rules for FunctionTransformer's ufuncs,
+PowerTransformer and QuantileTransformer; middle steps that accept NaN but re-validate
+infinity; float32 inputs, whose steps overflow at float32's range; sparse input. Each case is
+scored by scikit-learn itself: where it raises the compiled model raises InputError, where it
+answers the compiled model answers the same."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.ensemble import GradientBoostingClassifier, HistGradientBoostingClassifier
+from sklearn.feature_selection import VarianceThreshold
+from sklearn.impute import SimpleImputer
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import (
+    FunctionTransformer,
+    MaxAbsScaler,
+    PolynomialFeatures,
+    PowerTransformer,
+    QuantileTransformer,
+    StandardScaler,
+)
+from sklearn.tree import DecisionTreeClassifier
+
+import peregrine
+from peregrine.errors import InputError
+from peregrine.runtime.guards import EVERY_ROW, guards
+
+rng = np.random.default_rng(1)
+X = np.abs(rng.normal(size=(200, 3))) * np.array([1e-3, 1.0, 3.0]) + 0.05
+y = (X[:, 1] + X[:, 2] > 2.5).astype(int)
+
+
+def _tree():
+    return DecisionTreeClassifier(max_depth=3, random_state=0)
+
+
+def _pipelines():
+    ft = FunctionTransformer
+    return {
+        "log1p_logistic": make_pipeline(ft(np.log1p), LogisticRegression()),
+        "log_tree": make_pipeline(ft(np.log), _tree()),
+        "exp_logistic": make_pipeline(ft(np.exp), LogisticRegression()),
+        "sqrt_gb": make_pipeline(ft(np.sqrt), GradientBoostingClassifier(
+            n_estimators=4, random_state=0)),
+        "sqrt_tree": make_pipeline(ft(np.sqrt), _tree()),
+        "square_tree": make_pipeline(ft(np.square), _tree()),
+        "yeo_logistic": make_pipeline(PowerTransformer(), LogisticRegression()),
+        "boxcox_tree": make_pipeline(PowerTransformer(method="box-cox"), _tree()),
+        # a middle step that accepts NaN and refuses infinity (check_array allow-nan)
+        "exp_quantile_logistic": make_pipeline(ft(np.exp), QuantileTransformer(
+            n_quantiles=50, output_distribution="normal"), LogisticRegression()),
+        "poly_scaler_hgb": make_pipeline(PolynomialFeatures(2), StandardScaler(),
+                                         HistGradientBoostingClassifier(max_iter=3)),
+        "square_imputer_hgb": make_pipeline(ft(np.square), SimpleImputer(),
+                                            HistGradientBoostingClassifier(max_iter=3)),
+        # VarianceThreshold (ensure_all_finite=False) and HGB accept infinity: answered
+        "exp_variance_hgb": make_pipeline(ft(np.exp), VarianceThreshold(),
+                                          HistGradientBoostingClassifier(max_iter=3)),
+        "scaler_logistic": make_pipeline(StandardScaler(), LogisticRegression()),
+    }
+
+
+PIPES = {(k, dt): p.fit(X.astype(dt), y) for dt in (np.float64, np.float32)
+         for k, p in _pipelines().items()}
+VALUES = [0.0, 0.5, -0.5, -1.0, -2.0, 30.0, 100.0, 800.0, 1e10, 1e20, 1e35, 3e38, 1e155, 1e300]
+
+
+def _cases(dtype):
+    for v in VALUES:
+        if dtype == np.float32 and v > 3e38:
+            continue
+        for col in (0, 2):
+            Xt = X[:3].copy()
+            Xt[1, col] = v
+            yield Xt.astype(dtype)
+    yield np.zeros((2, 3), dtype=dtype)
+
+
+def _sklearn(p, method, Xt):
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return getattr(p, method)(Xt)
+    except ValueError:
+        return None
+
+
+def _agree(c, p, Xt, method="predict"):
+    want = _sklearn(p, method, Xt)
+    for rows, sel in ((Xt, slice(None)), (Xt[1:2], slice(1, 2))):  # batch and one row
+        want_rows = None if want is None else want[sel]
+        if want is None and _sklearn(p, method, rows) is not None:
+            continue  # the batch raised for another row
+        if want_rows is None:
+            with pytest.raises(InputError):
+                getattr(c, method)(rows)
+        elif method == "predict":
+            np.testing.assert_array_equal(getattr(c, method)(rows), want_rows)
+        else:
+            np.testing.assert_allclose(getattr(c, method)(rows), want_rows, rtol=1e-5,
+                                       atol=1e-6)
+    return want is None
+
+
+@pytest.mark.parametrize("backend", ["reference", "native"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("name", sorted(_pipelines()))
+def test_raises_where_sklearn_raises(name, dtype, backend):
+    p = PIPES[(name, dtype)]
+    c = peregrine.compile(p, backend=backend)
+    np.testing.assert_array_equal(c.predict(X.astype(dtype)), p.predict(X.astype(dtype)))
+    outcomes = {_agree(c, p, Xt) for Xt in _cases(dtype)}
+    assert False in outcomes  # some rows answered
+    if hasattr(p, "predict_proba"):
+        for Xt in list(_cases(dtype))[::5]:
+            _agree(c, p, Xt, "predict_proba")
+
+
+@pytest.mark.parametrize("name, low, high", [
+    ("exp_logistic", 64, 64),  # exp overflows float32 past 88.7 (float64 past 709.8)
+    ("log1p_logistic", 0.5, 0.5),  # log1p(-1) is -inf: M below 1
+    ("sqrt_tree", 2.0**100, 2.0**127),  # NaN below 0 is a tree's missing value
+    ("sqrt_gb", 0.0, 0.0),  # GradientBoosting rejects that NaN: every non-zero row checked
+    # lambda -464 on column 0: (1 - x)**466 passes float32's range below x = -0.2
+    ("yeo_logistic", 0.125, 0.125),
+    ("exp_quantile_logistic", 64, 64),
+    ("poly_scaler_hgb", 2.0**60, 2.0**64),
+])
+def test_bound_is_finite(name, low, high):
+    """Ops without a rule used to give M = 0 (every row with a non-zero value evaluated by
+    the reference rules); monotone functions now map the interval's ends."""
+    _, m = guards(peregrine.compile(PIPES[(name, np.float64)], backend="reference").spec)
+    assert low <= m <= high
+
+
+def test_log_of_zero_checks_every_row():
+    """log(0) = -inf, which the tree refuses: no magnitude bound protects a zero row."""
+    p = PIPES[("log_tree", np.float64)]
+    c = peregrine.compile(p, backend="native")
+    assert guards(c.spec)[1] == EVERY_ROW
+    with pytest.raises(ValueError):
+        p.predict(np.zeros((1, 3)))
+    for rows in (np.zeros((1, 3)), np.zeros((4, 3))):
+        with pytest.raises(InputError, match="DecisionTreeClassifier"):
+            c.predict(rows)
+        with pytest.raises(InputError):
+            c.predict_proba(rows)
+
+
+@pytest.mark.parametrize("backend", ["reference", "native"])
+def test_float32_steps_overflow_at_float32_range(backend):
+    """A float32 input is scaled in float32: 1e36 / 1e-3 is infinity there, and
+    LogisticRegression refuses it, while the float64 value would be finite."""
+    p = PIPES[("scaler_logistic", np.float32)]
+    c = peregrine.compile(p, backend=backend)
+    Xt = X[:2].astype(np.float32)
+    Xt[0, 0] = 1e36
+    assert _sklearn(p, "predict", Xt) is None
+    with pytest.raises(InputError, match="row 0.*LogisticRegression"):
+        c.predict(Xt)
+
+
+@pytest.mark.parametrize("fmt", [sp.csr_matrix, sp.csc_matrix])
+@pytest.mark.parametrize("backend", ["reference", "native"])
+def test_sparse_input(fmt, backend):
+    """scipy.sparse input is scored in dense blocks, each through the guards."""
+    p = make_pipeline(MaxAbsScaler(), LogisticRegression()).fit(
+        sp.csr_matrix(X * np.array([1e-3, 1.0, 1.0])), y)
+    c = peregrine.compile(p, backend=backend)
+    big = np.array([[1e307, 1.0, 0.0], [0.0, 1.0, 2.0]])
+    assert _sklearn(p, "predict", fmt(big)) is None
+    with pytest.raises(InputError, match="LogisticRegression"):
+        c.predict(fmt(big))
+    np.testing.assert_array_equal(c.predict(fmt(big[1:])), p.predict(fmt(big[1:])))
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("backend", ["reference", "torch", "native"])
+def test_no_warning_escapes(backend):
+    """Values beyond 1e154 overflow the one-row proof's sum of squares (expected: the
+    generic path then checks exactly); float32 rows meet float64 limits: neither warns."""
+    p = PIPES[("scaler_logistic", np.float64)]
+    c = peregrine.compile(p, backend=backend)
+    for dtype, values in ((np.float64, (1e155, 1e200, 1e300)), (np.float32, (1e20, 3e38))):
+        for v in values:
+            row = X[:1].astype(dtype)
+            row[0, 2] = v
+            for rows in (row, np.vstack([row] * 3)):
+                try:
+                    c.predict(rows)
+                    c.predict_proba(rows)
+                except InputError:
+                    pass
