@@ -41,9 +41,11 @@ every message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 try:
+    import httptools
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 except ImportError:  # pragma: no cover - httptools not installed
     HttpToolsProtocol = None
@@ -86,9 +88,8 @@ class _HeadWithBody:
             head, self._head = self._head, None
             if len(data) < 65536:
                 self._transport.write(head + data)
-            else:  # a large body: not worth a copy to save one write
-                self._transport.write(head)
-                self._transport.write(data)
+            else:  # a large body: one writev of both, no copy (uvloop; asyncio joins them)
+                self._transport.writelines((head, data))
         elif self._cycle.response_started:
             self._head = data
         else:
@@ -178,8 +179,23 @@ class _Draining:
             future.set_result(filled)
             return future
         self._sink, self._sink_size, self._sink_future = buffer, filled, future
+        if _framed_by(cycle.scope["headers"]) == len(buffer):
+            # the rest of the body goes from the socket straight into the buffer, past the
+            # parser (which would make a `bytes` of each piece) and uvloop (which would make
+            # one of each read): the body's only copy in user space is the kernel's own
+            self.transport.set_protocol(_BodyReader(self))
         self.flow.resume_reading()  # paused if the window filled while the app was away
         return future
+
+    def _body_read(self) -> None:
+        """The last byte of a body read by ``_BodyReader`` is in the buffer."""
+        self.transport.set_protocol(self)
+        # the parser last saw part of this body: a fresh one parses the connection's next
+        # request (as uvicorn's __init__ makes it)
+        self.parser = httptools.HttpRequestParser(self)
+        with contextlib.suppress(AttributeError):  # httptools < 0.6.3
+            self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        self.on_message_complete()
 
     def _end_sink(self, result: int | None) -> None:
         future = self._sink_future
@@ -237,6 +253,58 @@ class _Draining:
             super().shutdown()  # type: ignore[misc]  # uvicorn's close of an idle connection
         # else a request arrived meanwhile: it is answered with Connection: close (or, if its
         # answer had started, the idle close is armed again when it completes)
+
+
+def _framed_by(headers: list) -> int | None:
+    """The Content-Length the parser frames this request's body by; None for a chunked body
+    or an unusual head (the body then goes through the parser)."""
+    length = None
+    for name, value in headers:
+        if name == b"content-length":
+            if length is not None or not value.isdigit():
+                return None
+            length = int(value)
+        elif name == b"transfer-encoding":
+            return None
+    return length
+
+
+class _BodyReader(asyncio.BufferedProtocol):
+    """The connection's protocol while the rest of a body of known length is read
+    (``RECEIVE_INTO``): the event loop reads from the socket into the buffer itself
+    (uvloop, and asyncio's own loops, read into a protocol's buffer only for a protocol that is
+    not an ``asyncio.Protocol``, which uvicorn's are). Each read asks for at most the bytes the
+    body still lacks, so nothing of a next request can land in the buffer; the body's last byte
+    hands the connection back to the HTTP protocol. Everything else is the HTTP protocol's."""
+
+    __slots__ = ("_http",)
+
+    def __init__(self, http: _Draining) -> None:
+        self._http = http
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        http = self._http
+        assert http._sink is not None
+        return http._sink[http._sink_size :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        http = self._http
+        assert http._sink is not None
+        http._sink_size += nbytes
+        if http._sink_size == len(http._sink):
+            http._body_read()
+
+    def eof_received(self) -> bool | None:
+        return self._http.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._http.connection_lost(exc)  # ends the read with None: the client left
+
+    def pause_writing(self) -> None:
+        self._http.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._http.resume_writing()
 
 
 if HttpToolsProtocol is not None:
