@@ -5,6 +5,8 @@ PEREGRINE_DUMP_LLVM=DIR    write generated LLVM IR / optimised IR / assembly int
 PEREGRINE_CACHE_DIR=DIR    where compiled native kernels are cached (default ~/.cache/peregrine)
 PEREGRINE_CPU_LEVEL=LEVEL  generate native code for a lower x86-64 level than the host's
                            (x86-64-v3: AVX2, x86-64-v2: SSE4.2); see ``CPU_LEVELS``
+PEREGRINE_COMPILE_JOBS=N   at most N processes compile native kernels at once (1: only this
+                           one; default: the compiled model's thread count)
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ def dump_ir() -> bool:
 def dump_llvm_dir() -> Path | None:
     value = os.environ.get("PEREGRINE_DUMP_LLVM", "")
     return Path(value) if value else None
+
+
+def compile_jobs() -> int | None:
+    value = os.environ.get("PEREGRINE_COMPILE_JOBS", "")
+    try:
+        return max(1, int(value)) if value else None
+    except ValueError:
+        raise ValueError(f"PEREGRINE_COMPILE_JOBS={value!r}: expected a whole number") from None
 
 
 def cache_dir() -> Path:

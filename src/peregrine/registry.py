@@ -38,6 +38,10 @@ class TypeRegistry(Generic[F]):
 
         return deco
 
+    def exact(self, cls: type) -> Entry[F] | None:
+        """The entry registered for ``cls`` itself (what ``lookup`` finds first)."""
+        return self._table.get(cls)
+
     def lookup(self, cls: type) -> Entry[F] | None:
         for base in cls.__mro__:
             entry = self._table.get(base)

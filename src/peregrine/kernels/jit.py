@@ -14,12 +14,16 @@ assembly there.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
+import signal
 import sys
 import tempfile
 import threading
+import time
+import warnings
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -34,6 +38,7 @@ STATS = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
 _OBJECT_MAGICS = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\x64\x86")  # ELF, Mach-O, COFF x86-64
 _lock = threading.Lock()
 _loaded: dict[str, tuple[object, int]] = {}  # key -> (engine kept alive, function address)
+_built: dict[str, bytes] = {}  # key -> object code load_all compiled, until kernel_address loads it
 
 
 @dataclass(frozen=True)
@@ -168,8 +173,8 @@ def kernel_address(spec: KernelSource, target: Target | None = None, *,
             STATS["memory_hits"] += 1
             return _loaded[key][1], "memory"
         path = cache_dir() / f"{key}.o"
-        obj, origin = None, "compiled"
-        if use_disk and path.is_file():
+        obj, origin = _built.pop(key, None), "compiled"  # load_all's, already on disk
+        if obj is None and use_disk and path.is_file():
             try:
                 obj, origin = path.read_bytes(), "disk"
             except OSError:
@@ -211,3 +216,115 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only cache directory only costs recompilation
+
+
+# ---------------------------------------------------------------- several kernels at once --
+# llvmlite runs every LLVM call behind one process-wide lock, so threads cannot compile two
+# kernels at once; forked processes can. A cold compile of a forest builds two to four kernels
+# (batch and few-rows, per compare dtype) of similar cost, which is most of its time.
+_CHILD_TIMEOUT_S = 600.0
+
+
+def compile_jobs(threads: int) -> int:
+    """Processes a compile may use: the compiled model's thread count (what the user lets it
+    run on), unless ``PEREGRINE_COMPILE_JOBS`` says otherwise."""
+    return config.compile_jobs() or max(1, threads)
+
+
+def load_all(specs: list[KernelSource], target: Target | None = None, jobs: int = 1) -> int:
+    """Compile the kernels of ``specs`` that neither memory nor the disk cache holds, in up
+    to ``jobs`` processes, so that ``kernel_address`` then only loads them. Returns how many
+    were compiled. Children are forked, so they inherit the specs (nothing is pickled); each
+    takes the next kernel from a shared pipe of indices (a short one may follow a long one),
+    writes its object to a file and exits. The parent compiles from the same pipe meanwhile.
+    A child that fails or hangs costs only its kernels being compiled again here."""
+    target = target or Target.host()
+    todo: dict[str, KernelSource] = {}
+    for spec in specs:
+        key = cache_key(spec, target)
+        if key not in _loaded and key not in _built and key not in todo \
+                and not (cache_dir() / f"{key}.o").is_file():
+            todo[key] = spec
+    jobs = min(jobs, len(todo), 255)
+    if jobs < 2 or not sys.platform.startswith("linux"):
+        return 0  # kernel_address compiles them one by one, as it always did
+    keys = list(todo)
+    with tempfile.TemporaryDirectory(prefix="peregrine-build-") as tmp:
+        objects = _compile_forked([todo[k] for k in keys], target, jobs, Path(tmp))
+    for i, key in enumerate(keys):
+        obj = objects.get(i)
+        if obj is None:  # its child failed: compile it here
+            obj = compile_object(todo[key], target)
+        write_atomic(cache_dir() / f"{key}.o", obj)
+        _built[key] = obj
+    return len(keys)
+
+
+def _compile_forked(specs: list[KernelSource], target: Target, jobs: int,
+                    tmp: Path) -> dict[int, bytes]:
+    _init()
+    target_machine(target)  # made once here, inherited by the children
+    read_end, write_end = os.pipe()
+    os.write(write_end, bytes(range(len(specs))))
+    os.close(write_end)  # an empty pipe now reads as the end: no kernel left
+    pids: list[int] = []
+    objects: dict[int, bytes] = {}
+    llvm_lock = getattr(getattr(llvm.ffi, "lib", None), "_lock", None)
+    try:
+        for _ in range(jobs - 1):
+            # no other thread is inside LLVM or this cache while forking (the child gets
+            # their locks as they are at this instant)
+            with _lock, (llvm_lock or contextlib.nullcontext()), warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads, 3.12+
+                pid = os.fork()
+            if pid == 0:
+                _child(specs, target, read_end, tmp)  # never returns
+            pids.append(pid)
+        while (b := os.read(read_end, 1)):
+            objects[b[0]] = compile_object(specs[b[0]], target)
+        _wait(pids)
+        pids = []
+    finally:
+        for pid in pids:  # interrupted here: the children go too
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+        os.close(read_end)
+    for i in range(len(specs)):
+        if i not in objects:
+            with contextlib.suppress(OSError):
+                obj = (tmp / f"{i}.o").read_bytes()
+                if obj.startswith(_OBJECT_MAGICS):
+                    objects[i] = obj
+    return objects
+
+
+def _child(specs: list[KernelSource], target: Target, read_end: int, tmp: Path) -> None:
+    code = 1
+    try:
+        while (b := os.read(read_end, 1)):
+            obj = compile_object(specs[b[0]], target)
+            part = tmp / f"{b[0]}.part"
+            part.write_bytes(obj)
+            part.rename(tmp / f"{b[0]}.o")  # whole or absent
+        code = 0
+    finally:
+        os._exit(code)  # no atexit handlers, no flushing the parent's buffers twice
+
+
+def _wait(pids: list[int]) -> None:
+    deadline = time.monotonic() + _CHILD_TIMEOUT_S
+    left = list(pids)
+    while left:
+        for pid in list(left):
+            done, _ = os.waitpid(pid, os.WNOHANG)
+            if done:
+                left.remove(pid)
+        if left:
+            if time.monotonic() > deadline:
+                for pid in left:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                return
+            time.sleep(0.002)

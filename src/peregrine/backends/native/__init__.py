@@ -99,11 +99,15 @@ def compile_spec(spec: ModelSpec, options: CompileOptions, target=None, *,
         else:
             rows = None if sample is None else _rows_at(spec, node, sample, options)
             choice = choose_schedule(forest, options, target, threads, sample=rows)
-        prog = ForestProgram(forest, choice.schedule, precision=options.precision,
-                             target=target, n_threads=threads, small=choice.few_rows,
-                             small_rows=choice.few_rows_max)
-        prog.prepare()  # every kernel now (or from the disk cache), not on the first call
-        programs[node.name], reasons[node.name] = prog, choice.why
+        programs[node.name] = ForestProgram(
+            forest, choice.schedule, precision=options.precision, target=target,
+            n_threads=threads, small=choice.few_rows, small_rows=choice.few_rows_max)
+        reasons[node.name] = choice.why
+    # every kernel now (or from the disk cache), not on the first call; several at once
+    jit.load_all([k for p in programs.values() for k in p.kernel_specs()], target,
+                 jobs=jit.compile_jobs(threads))
+    for prog in programs.values():
+        prog.prepare()
     return NativeExecutable(spec, options, programs, reasons, target)
 
 

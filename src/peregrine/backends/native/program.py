@@ -148,17 +148,20 @@ class ForestProgram:
             x_dtype = np.dtype(np.float64)
         return compute_dtype(self.forest, x_dtype, self.precision)
 
-    def variant(self, cmp: np.dtype, small: bool = False) -> _Variant:
-        key = (small, cmp)
-        v = self._variants.get(key)
-        if v is not None:
-            return v
+    def _spec(self, cmp: np.dtype, small: bool) -> tuple[PackedForest, KernelSpec]:
         schedule = self.small if small else self.schedule
         pkey = (cmp, schedule.layout, schedule.reorder_trees)  # what packing depends on
         packed = self._packs.get(pkey)
         if packed is None:
             packed = self._packs[pkey] = pack(self.forest, schedule, cmp, self.target)
-        spec = kernel_spec(packed, schedule, cmp, self.target, self.n_features)
+        return packed, kernel_spec(packed, schedule, cmp, self.target, self.n_features)
+
+    def variant(self, cmp: np.dtype, small: bool = False) -> _Variant:
+        key = (small, cmp)
+        v = self._variants.get(key)
+        if v is not None:
+            return v
+        packed, spec = self._spec(cmp, small)
         address, origin = jit.kernel_address(spec, self.target)
         desc = np.zeros(len(DESC), np.int64)
         for i, name in enumerate(DESC):
@@ -175,13 +178,21 @@ class ForestProgram:
         v = self._variants[key] = _Variant(KERNEL(address), spec, packed, desc, origin)
         return v
 
+    def _wanted(self) -> list[tuple[np.dtype, bool]]:
+        """One batch kernel (and one few-rows kernel) per compare dtype the input dtypes lead
+        to (only float32 for forests the library evaluates in float32)."""
+        cmps = sorted({self.cmp_dtype(dt) for dt in INPUT_DTYPES}, key=str)
+        return [(cmp, small) for cmp in cmps
+                for small in ((False, True) if self.small is not None else (False,))]
+
+    def kernel_specs(self) -> list[KernelSpec]:
+        """What :meth:`prepare` compiles, for ``jit.load_all`` to compile at once."""
+        return [self._spec(cmp, small)[1] for cmp, small in self._wanted()]
+
     def prepare(self) -> None:
-        """Compile every kernel now rather than on the first call: one per compare dtype the
-        input dtypes lead to (only float32 for forests the library evaluates in float32)."""
-        for cmp in {self.cmp_dtype(dt) for dt in INPUT_DTYPES}:
-            self.variant(cmp)
-            if self.small is not None:
-                self.variant(cmp, small=True)
+        """Compile every kernel now rather than on the first call."""
+        for cmp, small in self._wanted():
+            self.variant(cmp, small)
 
     # ------------------------------------------------------------------------ calling --
     def __call__(self, X: np.ndarray, program: np.ndarray, width: int,

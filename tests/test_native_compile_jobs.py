@@ -1,0 +1,145 @@
+"""Kernels compiled in several processes at once (``jit.load_all``) and the frontends loaded
+for the model's own library only: what they change is the compile time (benchmarks/
+bench_trees.py's compile column), so these tests check that nothing else changes: the same
+kernels, the same answers, a failed child made good, and the disk cache used as before."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llvmlite")
+xgboost = pytest.importorskip("xgboost")
+lightgbm = pytest.importorskip("lightgbm")
+
+import peregrine  # noqa: E402
+from peregrine.kernels import jit  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="kernels are compiled in forked processes on Linux only")
+
+
+def _data(seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(400, 6)).astype(np.float32)
+    X[::17, 2] = np.nan
+    return X, (X[:, 0] + np.nan_to_num(X[:, 2]) > 0).astype(int)
+
+
+def _rows():
+    X = np.random.default_rng(1).normal(size=(300, 6))
+    X[::5, 1] = np.nan
+    X[3, 0], X[4, 0] = np.inf, -np.inf
+    return X
+
+
+# Loaded kernels this module made the jit forget. Their engines must outlive the tests: the
+# one-row entry (kernels/pyentry.py) keeps a raw address to the kernel it compiled first.
+_KEEP: list[dict] = []
+
+
+def _forget_loaded(monkeypatch):
+    _KEEP.append(jit._loaded)
+    monkeypatch.setattr(jit, "_loaded", {})
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("PEREGRINE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(jit, "_built", {})
+    _forget_loaded(monkeypatch)
+    yield tmp_path
+    _KEEP.append(jit._loaded)
+
+
+def _compile(model, jobs, monkeypatch):
+    monkeypatch.setenv("PEREGRINE_COMPILE_JOBS", str(jobs))
+    before = dict(jit.STATS)
+    compiled = peregrine.compile(model, "native", options=peregrine.CompileOptions(n_threads=2))
+    return compiled, jit.STATS["compiled"] - before["compiled"]
+
+
+def test_lightgbm_kernels_compiled_in_two_processes_match_one(fresh_cache, monkeypatch):
+    X, y = _data()
+    model = lightgbm.LGBMClassifier(n_estimators=20, num_leaves=15, verbose=-1).fit(X, y)
+    calls = []
+    real = jit._compile_forked
+    monkeypatch.setattr(jit, "_compile_forked",
+                        lambda *a: calls.append(len(a[0])) or real(*a))
+    two, built = _compile(model, 2, monkeypatch)
+    assert calls and calls[0] == built >= 2  # batch and few-rows kernels, float32 and float64
+    assert len(list((fresh_cache / "native").glob("*.o"))) == built
+
+    _forget_loaded(monkeypatch)  # and compile them again, one by one, elsewhere
+    monkeypatch.setenv("PEREGRINE_CACHE_DIR", str(fresh_cache / "serial"))
+    one, built_one = _compile(model, 1, monkeypatch)
+    assert built_one == built and len(calls) == 1
+    Xt = _rows()
+    for rows in (Xt, Xt.astype(np.float32), Xt[:1], Xt[:7]):
+        np.testing.assert_array_equal(two.predict_proba(rows), one.predict_proba(rows))
+        np.testing.assert_allclose(two.predict_proba(rows), model.predict_proba(rows),
+                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_array_equal(two.predict(rows), model.predict(rows))
+
+
+def test_a_failed_child_costs_only_a_compile_here(fresh_cache, monkeypatch):
+    X, y = _data(2)
+    model = xgboost.XGBClassifier(n_estimators=10, max_depth=3).fit(X, y)
+    # every child dies at once: the parent compiles what they took
+    monkeypatch.setattr(jit, "_child", lambda *a: os._exit(3))
+    compiled, built = _compile(model, 2, monkeypatch)
+    assert built >= 2
+    rows = _rows().astype(np.float32)
+    np.testing.assert_allclose(compiled.predict_proba(rows), model.predict_proba(rows),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_cached_kernels_are_not_compiled_again(fresh_cache, monkeypatch):
+    X, y = _data(3)
+    model = xgboost.XGBRegressor(n_estimators=10, max_depth=4).fit(X, y)
+    _, built = _compile(model, 2, monkeypatch)
+    assert built >= 1
+    _forget_loaded(monkeypatch)
+    monkeypatch.setattr(jit, "_compile_forked", lambda *a: pytest.fail("compiled again"))
+    again, rebuilt = _compile(model, 2, monkeypatch)
+    assert rebuilt == 0 and "(disk)" in again.explain()
+
+
+def test_compile_jobs_setting(monkeypatch):
+    monkeypatch.setenv("PEREGRINE_COMPILE_JOBS", "3")
+    assert jit.compile_jobs(1) == 3
+    monkeypatch.delenv("PEREGRINE_COMPILE_JOBS")
+    assert jit.compile_jobs(2) == 2 and jit.compile_jobs(0) == 1
+    monkeypatch.setenv("PEREGRINE_COMPILE_JOBS", "many")
+    with pytest.raises(ValueError, match="PEREGRINE_COMPILE_JOBS"):
+        jit.compile_jobs(2)
+
+
+def test_compiling_an_xgboost_model_loads_no_onnx_frontend(tmp_path):
+    """The frontends of libraries not imported are not loaded (onnx takes ~0.2 s to import),
+    while a model of such a library still finds its frontend (an ONNX ModelProto below)."""
+    code = (
+        "import sys, numpy as np, xgboost, peregrine\n"
+        "X = np.random.default_rng(0).normal(size=(200, 4)).astype(np.float32)\n"
+        "m = xgboost.XGBRegressor(n_estimators=3, max_depth=2).fit(X, X[:, 0])\n"
+        "peregrine.compile(m, 'reference')\n"
+        "assert 'onnx' not in sys.modules, 'onnx imported'\n"
+        "import onnx\n"
+        "from onnx import helper, TensorProto\n"
+        "g = helper.make_graph([helper.make_node('Identity', ['X'], ['Y'])], 'g',\n"
+        "    [helper.make_tensor_value_info('X', TensorProto.FLOAT, [None, 4])],\n"
+        "    [helper.make_tensor_value_info('Y', TensorProto.FLOAT, [None, 4])])\n"
+        "try:\n"
+        "    peregrine.compile(helper.make_model(g), 'reference')\n"
+        "except peregrine.errors.UnsupportedModelError as exc:\n"
+        "    assert 'is not supported. Supported models' not in str(exc), exc\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, PEREGRINE_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
