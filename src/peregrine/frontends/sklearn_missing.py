@@ -24,13 +24,12 @@ def _check(ctx: Context, flow: Flow, node: str, what: str, columns: Any = None) 
     ctx.add_check(node, [(what, -1 if flow.src[c] is None else int(flow.src[c])) for c in cols])
 
 
-def string_missing_code(est: Any, ctx: Context, flow: Flow) -> float:
-    """The code of ``est.missing_values`` (np.nan or None) in string columns: NaN is code 0,
-    None code 1 (steps.Vocab). scikit-learn tells them apart in object columns: with np.nan a
-    None is a value like any other; with None a NaN is refused ("Input contains NaN"), which a
-    check node reproduces (InputError)."""
-    for i, s in enumerate(flow.src):
-        ctx.vocab(s, est, i)
+def string_missing_code(est: Any, ctx: Context, flow: Flow) -> Any:
+    """The code of ``est.missing_values`` (np.nan, None, or a string: one per column) in
+    string columns: NaN is code 0, None code 1 (steps.Vocab). scikit-learn tells them apart in
+    object columns: with np.nan a None is a value like any other; with None (or a string) a
+    NaN is refused ("Input contains NaN"), which a check node reproduces (InputError)."""
+    vocabs = [ctx.vocab(s, est, i) for i, s in enumerate(flow.src)]
     ctx.reject_na(flow, est)  # its missing-value mask raises TypeError on pd.NA
     if is_scalar_nan(est.missing_values):
         return 0.0
@@ -38,8 +37,11 @@ def string_missing_code(est: Any, ctx: Context, flow: Flow) -> float:
                      categories=tuple(np.asarray([0.0]) for _ in range(flow.width)),
                      slots=tuple(np.asarray([i]) for i in range(flow.width)),
                      unknown_slots=np.full(flow.width, -1))
-    _check(ctx, flow, node, f"{type(est).__name__}(missing_values=None) got NaN in a string "
-           "column; scikit-learn refuses it (Input contains NaN)")
+    _check(ctx, flow, node, f"{type(est).__name__}(missing_values="
+           f"{est.missing_values!r}) got NaN in a string column; scikit-learn refuses it "
+           "(Input contains NaN)")
+    if isinstance(est.missing_values, str):
+        return np.asarray([v.code(est.missing_values) for v in vocabs])
     return 1.0
 
 
@@ -51,20 +53,22 @@ def _missing_value(est: Any, ctx: Context, flow: Flow) -> tuple[float, bool]:
     strings = any(s is not None and s in ctx.vocabs for s in flow.src)
     missing = est.missing_values
     if strings:
-        if not (missing is None or is_scalar_nan(missing)):
+        if not (missing is None or is_scalar_nan(missing) or isinstance(missing, str)):
             raise unsupported(est, f"missing_values={missing!r} on string columns",
-                              "np.nan or None")
+                              "np.nan, None or a string")
         return string_missing_code(est, ctx, flow), True
     if isinstance(missing, str) or missing is None:
         raise unsupported(est, f"missing_values={missing!r} on numeric columns")
     return float(missing), False
 
 
-def _indicator(ctx: Context, flow: Flow, columns: Any, missing: float, strings: bool) -> str:
-    """(n, len(columns)) 0/1: column is missing (NaN matches NaN; string codes: code 0)."""
+def _indicator(ctx: Context, flow: Flow, columns: Any, missing: Any, strings: bool) -> str:
+    """(n, len(columns)) 0/1: column is missing (NaN matches NaN; string codes: the missing
+    value's code, one for all columns or one per column)."""
     cols = [int(c) for c in columns]
+    codes = np.broadcast_to(np.asarray(missing, dtype=np.float64), (flow.width,))
     return ctx.g.add(Op.ONE_HOT, (flow.node,), width=len(cols), columns=np.asarray(cols),
-                     categories=tuple(np.asarray([missing]) for _ in cols),
+                     categories=tuple(np.asarray([codes[c]]) for c in cols),
                      slots=tuple(np.asarray([i]) for i in range(len(cols))),
                      unknown_slots=np.full(len(cols), -1))
 
@@ -78,7 +82,7 @@ def step_missing_indicator(est: Any, ctx: Context, flow: Flow) -> Flow:
         raise unsupported(est, "sparse=True in the middle of a pipeline",
                           "sparse='auto' or False on dense input; sparse=True as the last step")
     missing, strings = _missing_value(est, ctx, flow)
-    if not np.isnan(missing) and not strings:
+    if not strings and not np.isnan(missing):
         ctx.reject_nan(flow)  # check_array: NaN is only allowed when it is the missing value
     features = np.asarray(est.features_, dtype=np.int64)
     if est.features == "missing-only" and est.error_on_new:
@@ -95,6 +99,15 @@ def step_missing_indicator(est: Any, ctx: Context, flow: Flow) -> Flow:
 def head_missing_indicator(est: Any, ctx: Context, flow: Flow) -> Head:
     sparse = "csc_matrix" if est.sparse is True else ""  # transform: sp.csc_matrix(mask)
     ctx.sparse_last = est if sparse else None
+    missing = est.missing_values
+    if ctx.g.node(flow.node).op is Op.INPUT and \
+            (missing is None or is_scalar_nan(missing) or isinstance(missing, str)):
+        # it alone reads the input, which may hold strings: scikit-learn compares object
+        # values (X != X, X == None, X == "") and nothing it keeps says which columns held
+        # strings at fit, so every column is read as strings (codes at the boundary); a
+        # numeric array becomes codes too (NaN the NaN category: runtime/inputs.py)
+        for i, s in enumerate(flow.src):
+            ctx.vocab(s, est, i)
     out = step_missing_indicator(est, ctx, flow)  # transform returns a boolean mask
     return Head({"transform": out.node},
                 {"transform": MethodSpec("transform", dtype="bool", sparse=sparse)},

@@ -58,6 +58,8 @@ def prepare_input(X: Any, spec: ModelSpec, *, keep_tensor: bool = False, check: 
             arr = _from_object_array(X, spec)
         else:
             arr = _numeric_array(X, where="input", int_dtype=spec.int_input_dtype)
+            if arr.ndim == 2 and spec.category_maps:
+                arr = _numbers_in_vocabularies(arr, spec)
     _check_shape(arr.shape, spec)
     if check:
         _check_values(arr, spec, checked)
@@ -379,6 +381,36 @@ def _from_object_array(X: np.ndarray, spec: ModelSpec) -> np.ndarray:
             continue
         out[:, j] = category_codes(col, cats, j, j in spec.category_unknown_error,
                                    na_columns(spec).get(j, ""))
+    return out
+
+
+def vocabulary_columns(spec: ModelSpec) -> list[int]:
+    """The input columns a scikit-learn pipeline reads as strings (steps.Vocab maps)."""
+    return [j for j, cats in spec.category_maps.items() if is_vocabulary(cats)]
+
+
+def _numbers_in_vocabularies(arr: np.ndarray, spec: ModelSpec) -> np.ndarray:
+    """A numeric array where the pipeline reads string columns: the graph reads codes there,
+    so each number becomes what it is to scikit-learn's object comparisons, a value unseen at
+    fit time (NaN, which no code equals), and NaN the NaN category (code 0); infinity is
+    refused, as check_array refuses it in a numeric X (a MissingIndicator read as strings
+    accepts numbers and NaN: runtime answers match scikit-learn's isnan mask)."""
+    cols = [j for j in vocabulary_columns(spec) if j < arr.shape[1]]
+    if not cols:
+        return arr
+    out = arr.copy()
+    for j in cols:
+        col = arr[:, j]
+        nan = np.isnan(col)
+        if np.isinf(col).any():
+            r = int(np.flatnonzero(np.isinf(col))[0])
+            raise InputError(f"input contains infinity at row {r}, column {j}; "
+                             f"{spec.source} does not accept it")
+        if j in spec.category_unknown_error and not nan.all():
+            r = int(np.flatnonzero(~nan)[0])
+            raise InputError(f"column {j} row {r}: the number {float(col[r])!r} is not among "
+                             f"the string categories {spec.source} was fitted on")
+        out[:, j] = np.where(nan, 0.0, np.nan)
     return out
 
 
