@@ -106,3 +106,15 @@ def test_sparse_output():
     want, got = est.transform(X), c.transform(X)
     assert type(got) is type(want)
     np.testing.assert_array_equal(got.toarray(), want.toarray())
+
+
+@pytest.mark.parametrize("kind", ["none", "empty"])
+def test_numeric_input_refused_with_none_or_string(kind):
+    """missing_values None or "" on a numeric X: scikit-learn refuses the pair of types."""
+    est = MissingIndicator(missing_values=MISSING[kind], features="all").fit(FIT[kind])
+    c = peregrine.compile(est, backend="reference")
+    for X in (np.array([[1.0, 2.0, 3.0]]), np.array([[1, 2, 3]]), np.zeros((2, 3))):
+        assert _sklearn(est, X) is None
+        with pytest.raises(InputError, match="MissingIndicator"):
+            c.transform(X)
+    assert _check(c, est, np.array([["a", 1.5, None]], dtype=object))  # numbers in objects

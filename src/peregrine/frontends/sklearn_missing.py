@@ -108,6 +108,8 @@ def head_missing_indicator(est: Any, ctx: Context, flow: Flow) -> Head:
         # numeric array becomes codes too (NaN the NaN category: runtime/inputs.py)
         for i, s in enumerate(flow.src):
             ctx.vocab(s, est, i)
+        if not is_scalar_nan(missing):
+            ctx.refuse_numbers(flow, est)
     out = step_missing_indicator(est, ctx, flow)  # transform returns a boolean mask
     return Head({"transform": out.node},
                 {"transform": MethodSpec("transform", dtype="bool", sparse=sparse)},

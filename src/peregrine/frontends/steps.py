@@ -89,6 +89,12 @@ class Context:
         (runtime/guards.py ``na_columns``)."""
         self._input_columns(flow, est, "na")
 
+    def refuse_numbers(self, flow: Flow, est: Any) -> None:
+        """``est`` compares its input columns' object values with None or a string, and
+        scikit-learn refuses a numeric X there (``_check_inputs_dtype``): the boundary refuses
+        a numeric array in those columns (runtime/inputs.py)."""
+        self._input_columns(flow, est, "strings")
+
     def refuse_sparse(self, flow: Flow) -> None:
         """The step reading ``flow`` refuses a scipy.sparse matrix (StandardScaler centring
         one, HistGradientBoosting): when ``flow`` is the raw input or columns of it, a sparse

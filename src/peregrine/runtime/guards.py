@@ -36,6 +36,11 @@ _MAX64 = float(np.finfo(np.float64).max)
 # (a LINEAR row sum of n terms by at most n ulps); 1e-6 covers a million terms
 _SLACK = 1e-6
 
+# guard kinds that name input columns the boundary checks (inputs.py): "input" (NaN/inf
+# refused as they are), "na" (pd.NA refused), "strings" (a numeric array refused: a step
+# comparing object values with None or a string, which scikit-learn refuses on numbers)
+BOUNDARY_KINDS = ("na", "input", "strings")
+
 # M when even an all-zero row may break a rule: every row is checked (|x| > -1 always holds;
 # CompiledModel's one-row proof compares a sum of squares with -M*M, which nothing passes)
 EVERY_ROW = -1.0
@@ -52,7 +57,7 @@ def guards(spec: ModelSpec) -> tuple[tuple, float]:
     # "guard:<kind>:<k>:<step>[@<input columns>]"
     found = tuple(g for g in ((o, *o[len(GUARD):].split("@")[0].split(":", 2)[::2])
                               for o in spec.graph.outputs if o.startswith(GUARD))
-                  if g[1] not in ("na", "input"))  # boundary checks (inputs.py)
+                  if g[1] not in BOUNDARY_KINDS)
     m = _safe_magnitude(spec, found) if found else math.inf
     if len(_CACHE) > 4096:
         _CACHE.clear()
@@ -317,7 +322,7 @@ def read_columns(spec: ModelSpec) -> frozenset | None:
     if read is not None:  # the columns guards read at the input (runtime/guards.py)
         for o, v in graph.outputs.items():
             if o.startswith(GUARD) and v == x and \
-                    not o.startswith((GUARD + "na:", GUARD + "input:")):
+                    not o.startswith(tuple(f"{GUARD}{k}:" for k in BOUNDARY_KINDS)):
                 if "@" not in o:
                     read = None
                     break

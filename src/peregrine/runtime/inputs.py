@@ -323,6 +323,18 @@ def checked_columns(spec: ModelSpec) -> frozenset:
 _CHECKED: dict[int, tuple[ModelSpec, frozenset]] = {}
 
 
+def _string_only(spec: ModelSpec) -> dict[int, str]:
+    """Input columns a step reads only as object values (guards of kind "strings":
+    ``steps.Context.refuse_numbers``), each with that step's name."""
+    out: dict[int, str] = {}
+    for o in spec.graph.outputs:
+        if o.startswith(GUARD + "strings:") and "@" in o:
+            head, cols = o.split("@", 1)
+            for c in cols.split(","):
+                out.setdefault(int(c), head.split(":", 3)[3])
+    return out
+
+
 def _column_arrays(df: Any) -> list | None:
     """The frame's columns as arrays, by position, without building a Series for each
     (``DataFrame._get_column_array``, which pandas' own row reductions use: ~0.6 us a column
@@ -398,6 +410,13 @@ def _numbers_in_vocabularies(arr: np.ndarray, spec: ModelSpec) -> np.ndarray:
     cols = [j for j in vocabulary_columns(spec) if j < arr.shape[1]]
     if not cols:
         return arr
+    strings = _string_only(spec)
+    if strings:
+        j, step = min(strings.items())
+        raise InputError(f"{spec.source}: {step} compares column {j} with a string or None, "
+                         f"and scikit-learn refuses a numeric X there ('X' and "
+                         f"'missing_values' types are expected to be both numerical); pass "
+                         "an object array or a DataFrame")
     out = arr.copy()
     for j in cols:
         col = arr[:, j]
