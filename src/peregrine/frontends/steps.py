@@ -56,6 +56,10 @@ class Context:
     g: GraphBuilder
     vocabs: dict[int, Vocab] = field(default_factory=dict)  # input column -> its string codes
     allow_nan: bool = True  # cleared when a step that rejects NaN may receive it
+    # cleared when a step that rejects infinity reads an input column as it is (infinity an
+    # earlier step computes is a guard's); a FunctionTransformer(validate=False) in front of
+    # a HistGradientBoosting passes it on, and scikit-learn answers
+    allow_inf: bool = True
     # string input columns an encoder with handle_unknown='error' reads (ModelSpec field)
     unknown_error: set[int] = field(default_factory=set)
     # (node, per-column (what, input column or -1)): non-zero = a row sklearn rejects
@@ -112,7 +116,17 @@ class Context:
             self.allow_nan = False
         if any(s is None for s in flow.src):
             self.guard(flow, est, "inf+nan")
+        self.reject_inf(flow, est)  # (its "inf" guard gives way to the stricter one)
         self._input_columns(flow, est, "input")
+
+    def reject_inf(self, flow: Flow, est: Any) -> None:
+        """The step reading ``flow`` rejects infinity (check_array): in the input columns it
+        reads as they are (the boundary's check), and in what earlier steps computed (a
+        guard)."""
+        if any(s is not None for s in flow.src):
+            self.allow_inf = False
+        if any(s is None for s in flow.src):
+            self.guard(flow, est, "inf")
 
     def _input_columns(self, flow: Flow, est: Any, kind: str) -> None:
         """A graph output naming the input columns ``est`` reads as they are (the boundary
@@ -214,8 +228,8 @@ def convert_step(est: Any, ctx: Context, flow: Flow) -> Flow:
         raise UnsupportedModelError(f"{qualified_name(est)} expects {n_in} columns, gets "
                                     f"{flow.width}")
     out = entry.fn(est, ctx, flow)
-    if any(s is None for s in flow.src) and rejects_inf(est):
-        ctx.guard(flow, est, "inf")  # its check_array on what earlier steps computed
+    if rejects_inf(est):  # its check_array (after the step's own, stricter, guards)
+        ctx.reject_inf(flow, est)
     return out
 
 
@@ -246,7 +260,10 @@ def convert_head(est: Any, ctx: Context, flow: Flow) -> Head:
     """The final estimator's methods on top of ``flow``."""
     entry = HEADS.lookup(type(est))
     if entry is not None:
-        return entry.fn(est, ctx, flow)
+        head = entry.fn(est, ctx, flow)
+        if rejects_inf(est):
+            ctx.reject_inf(flow, est)
+        return head
     if STEPS.lookup(type(est)) is not None:  # a transformer ends the pipeline
         sparse = sparse_format(est)
         ctx.sparse_last = est if sparse else None
@@ -310,6 +327,8 @@ def splice_frontend(est: Any, ctx: Context, flow: Flow) -> Head:
     # the model validates what the steps before it computed (check_array on its input):
     # scikit-learn's trees cast to float32 and reject the infinity that makes
     limit32 = spec.finite_dtype == "float32" and not spec.allow_inf
+    if not spec.allow_inf and any(s is not None for s in flow.src):
+        ctx.allow_inf = False  # an input column reaches it as it is: the boundary refuses
     if limit32 or (not (spec.allow_nan and spec.allow_inf) and
                    any(s is None for s in flow.src)):
         ctx.guard(flow, est, ("float32" if limit32 else "inf" if not spec.allow_inf else "")
