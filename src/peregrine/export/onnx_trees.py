@@ -26,29 +26,32 @@ splits (the torch and native backends run them)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from onnx import TensorProto, numpy_helper
 
 from peregrine.export.onnx_graph import Emitter, lowering
-from peregrine.export.onnx_vector_trees import VECTOR, lower_vector
+from peregrine.export.onnx_vector_trees import VECTOR, divides_by_trees, lower_vector
 from peregrine.ir.forest import LIGHTGBM_ZERO_THRESHOLD, Aggregation, Forest
 from peregrine.ir.ops import Op
 
 BRANCH_LEQ = 0
 BRANCH_MEMBER = 6
 INVALID_CODE = -1.0  # what _categorical_codes makes of an invalid category
-AGGREGATE_SUM = 1
+AGGREGATE_AVERAGE, AGGREGATE_SUM = 0, 1
 
 
 def tree_ensemble_attrs(forest: Forest, thresholds: np.ndarray, per_tree: bool = False,
-                        values: np.ndarray | None = None) -> dict[str, Any]:
+                        values: np.ndarray | None = None,
+                        average: bool = False) -> dict[str, Any]:
     """The TreeEnsemble (ai.onnx.ml opset 5) attributes summing ``forest``'s leaves per output
-    (no base score, no averaging), comparing ``x <= thresholds``; ``per_tree`` (single-value
-    leaves only): one output column per tree instead, holding the leaf value it reached.
-    Splits and leaf weights take ``thresholds``' dtype (the input's: ONNX requires it);
-    ``values`` replaces ``forest.value``."""
+    (no base score; ``average``: the sum divided by the tree count, single-value leaves
+    only), comparing ``x <= thresholds``; ``per_tree`` (single-value leaves only): one
+    output column per tree instead, holding the leaf value it reached. Splits and leaf
+    weights take ``thresholds``' dtype (the input's: ONNX requires it); ``values`` replaces
+    ``forest.value``."""
     value = forest.value if values is None else values
     wdt = thresholds.dtype
     internal = forest.feature >= 0
@@ -118,7 +121,7 @@ def tree_ensemble_attrs(forest: Forest, thresholds: np.ndarray, per_tree: bool =
         "leaf_targetids": np.concatenate(targets).tolist(),
         "leaf_weights": numpy_helper.from_array(np.concatenate(weights).astype(wdt)),
         "n_targets": forest.n_trees if per_tree else int(forest.n_outputs),
-        "aggregate_function": AGGREGATE_SUM,
+        "aggregate_function": AGGREGATE_AVERAGE if average else AGGREGATE_SUM,
     }
 
 
@@ -142,7 +145,9 @@ def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
     # the input is float64; a library comparing in float32 sees float32(x) (compute_dtype)
     dt = np.dtype(np.float32) if forest.input_dtype == np.float32 else np.dtype(np.float64)
     thresholds = forest.thresholds_for(dt)
-    if dt == np.float32:
+    float32_sums = (forest.sum_dtype == np.float32 and forest.value_width == 1
+                    and forest.aggregation is Aggregation.SUM and forest.n_trees > 0)
+    if dt == np.float32 and (float32_sums or forest.has_categorical):
         # a float32 input widened on entry is read as it came (the same values, one Cast less)
         width_in = e.widths.get(x)
         x = e.narrow.get(x) or e.op("Cast", [x], to=TensorProto.FLOAT)
@@ -150,12 +155,17 @@ def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
         if forest.has_categorical:
             x = _categorical_codes(e, n, forest, x, np.float32)
             e.dtypes[x] = TensorProto.FLOAT
-        if (forest.sum_dtype == np.float32 and forest.value_width == 1
-                and forest.aggregation is Aggregation.SUM and forest.n_trees):
+        if float32_sums:
+            forest, thresholds, x = _without_missing_tracks(e, forest, thresholds, x)
             if e.exact_sums:
                 return _float32_sum(e, forest, x, thresholds)
             return _float32_direct(e, forest, x, thresholds)
         x = e.op("Cast", [x], to=TensorProto.DOUBLE)  # exact: float32 values, double sums
+    elif dt == np.float32:
+        # double sums of float32 decisions: the double input against double thresholds that
+        # decide as float32(x) against the float32 ones (float32_split_as_double), with no
+        # Cast (and float32 data, widened on entry, is read widened: the same values)
+        thresholds = float32_split_as_double(thresholds)
     elif forest.has_categorical:
         x = _categorical_codes(e, n, forest, x, np.float64)
     values, base_left = forest.value, forest.base_score
@@ -165,15 +175,79 @@ def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
         # ONNX Runtime then adds the trees in order (measured: bit-equal to scikit-learn's
         # GradientBoostingRegressor and LightGBM on 20,000 rows)
         values, base_left = _fold_base(forest), np.zeros_like(base_left)
+    thresholds = thresholds.astype(np.float64)
+    if not forest.has_categorical:
+        forest, thresholds, x = _without_missing_tracks(e, forest, thresholds, x)
     if e.tree_plan.get(n.name) == VECTOR:
-        return lower_vector(e, forest, x, thresholds.astype(np.float64), values, base_left)
-    attrs = tree_ensemble_attrs(forest, thresholds.astype(np.float64), values=values)
+        return lower_vector(e, forest, x, thresholds, values, base_left)
+    # an average over every tree per output: ONNX Runtime's AVERAGE divides the double sum
+    # by its tree count, the rule's division, in the op (one Div node less)
+    average = forest.aggregation is Aggregation.AVERAGE and forest.value_width == 1 \
+        and divides_by_trees(forest)
+    attrs = tree_ensemble_attrs(forest, thresholds, values=values, average=average)
     out = e.op("TreeEnsemble", [x], domain="ai.onnx.ml", **attrs)
-    if forest.aggregation is Aggregation.AVERAGE:
+    if forest.aggregation is Aggregation.AVERAGE and not average:
         out = e.op("Div", [out, e.const(forest.output_divisor().reshape(1, -1))])
     if np.any(base_left != 0):
         out = e.op("Add", [out, e.const(base_left.reshape(1, -1))])
     return out
+
+
+def float32_split_as_double(t32: np.ndarray) -> np.ndarray:
+    """Double thresholds T such that, for every double x, ``x <= T`` iff ``float32(x) <=
+    t32`` (float32(x) rounding to nearest, ties to even, as NumPy's and the libraries'
+    casts): float32(x) <= t32 iff x lies below the midpoint m between t32 and the next
+    float32 u above it, or on m where the tie rounds to t32 (its significand even). m has
+    at most 25 significant bits, so it is a double; past the largest float32 u is 2**128
+    (x at m rounds to inf), below -inf's neighbour -inf stands for -2**128. t32 = +inf gives
+    +inf and NaN stays NaN (no x <= NaN, as no float32(x) <= NaN). Measured: the input's
+    Cast to float32 and back, two nodes, then goes (docs/export.md, "Speed")."""
+    t32 = np.asarray(t32, np.float32)
+    big = 2.0 ** 128
+    with np.errstate(over="ignore", invalid="ignore"):
+        up = np.nextafter(t32, np.float32(np.inf)).astype(np.float64)
+        up = np.where(t32 == np.finfo(np.float32).max, big, up)
+        lo = np.where(np.isneginf(t32), -big, t32.astype(np.float64))
+        mid = (lo + up) / 2.0  # exact: both are float32 values (or +-2**128)
+        even = (t32.view(np.uint32) & 1) == 0
+        out = np.where(even, mid, np.nextafter(mid, -np.inf))
+    out = np.where(np.isposinf(t32), np.inf, out)
+    return np.where(np.isnan(t32), np.nan, out)
+
+
+def _without_missing_tracks(e: Emitter, forest: Forest, thresholds: np.ndarray,
+                            x: str) -> tuple[Forest, np.ndarray, str]:
+    """``forest`` with no node sending NaN to its true branch, reading ``Concat(x, -x)``:
+    a node whose NaN goes left (``x <= t`` true) becomes ``-x <= t'`` on the negated column
+    with its children swapped, t' the largest value of the thresholds' type below -t
+    (x > t iff -x < -t; negation is exact), so NaN, false in every comparison, takes the
+    false branch, now the left child. t = +inf (always left) becomes t' = NaN (never true);
+    t = NaN (non-missing x always right) t' = +inf. ONNX Runtime walks a forest with any
+    ``nodes_missing_value_tracks_true`` node through a slower loop (an isnan test per
+    node); measured on scikit-learn's RandomForestClassifier(100, depth 8), where the NaN
+    direction is each node's larger child, 100K rows: 1.16x the speed with the two nodes
+    (Neg, Concat) this adds (docs/export.md, "Speed"). Not for categorical forests (their
+    membership splits have no negated form)."""
+    internal = forest.feature >= 0
+    flip = internal & forest.nan_left
+    if not flip.any() or forest.has_categorical:
+        return forest, thresholds, x
+    width = int(e.widths.get(x) or forest.n_features)
+    t = np.asarray(thresholds)
+    with np.errstate(invalid="ignore"):
+        neg = np.nextafter(-t, t.dtype.type(-np.inf))
+    neg = np.where(np.isposinf(t), np.nan, np.where(np.isnan(t), np.inf, neg)).astype(t.dtype)
+    flipped = replace(
+        forest,
+        feature=np.where(flip, forest.feature + width, forest.feature).astype(
+            forest.feature.dtype),
+        left=np.where(flip, forest.right, forest.left).astype(forest.left.dtype),
+        right=np.where(flip, forest.left, forest.right).astype(forest.right.dtype),
+        nan_left=forest.nan_left & ~flip)
+    both = e.op("Concat", [x, e.op("Neg", [x])], axis=1)
+    e.dtypes[both] = e.dtypes.get(x, TensorProto.DOUBLE)
+    e.widths[both] = 2 * width
+    return flipped, np.where(flip, neg, t), both
 
 
 def _fold_base(forest: Forest, dtype: type = np.float64) -> np.ndarray:

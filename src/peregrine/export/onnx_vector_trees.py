@@ -62,11 +62,22 @@ def plan_forests(steps: list[Any]) -> tuple[dict[str, str], int]:
     return {}, 5
 
 
+def divides_by_trees(forest: Forest) -> bool:
+    """Whether ``forest`` averages every output over all its trees (a random forest), which
+    the tree ops' AVERAGE does: ONNX Runtime divides each double sum by its tree count."""
+    from peregrine.ir.forest import Aggregation
+
+    return (forest.aggregation is Aggregation.AVERAGE and forest.n_trees > 0
+            and bool(np.all(forest.output_divisor() == float(forest.n_trees))))
+
+
 def regressor_attrs(forest: Forest, thresholds: np.ndarray, weights: np.ndarray,
-                    targets: np.ndarray, n_targets: int) -> dict[str, Any]:
+                    targets: np.ndarray, n_targets: int,
+                    average: bool = False) -> dict[str, Any]:
     """TreeEnsembleRegressor (opset 3) attributes: every split ``x <= thresholds`` (double),
     NaN to the node's default side; leaf ``l`` (in node order) votes ``weights[k]`` for target
-    ``targets[k]`` for each k whose entry belongs to it (``weights`` is [leaves, width])."""
+    ``targets[k]`` for each k whose entry belongs to it (``weights`` is [leaves, width]);
+    ``average``: each sum divided by the tree count (in double, before the float32 output)."""
     internal = forest.feature >= 0
     tree_of = forest.tree_of_node()
     local = np.arange(forest.n_nodes) - forest.tree_offsets[tree_of]
@@ -92,7 +103,7 @@ def regressor_attrs(forest: Forest, thresholds: np.ndarray, weights: np.ndarray,
         "target_ids": t[r, c].tolist(),
         "target_weights_as_tensor": numpy_helper.from_array(w[r, c]),
         "n_targets": int(n_targets),
-        "aggregate_function": "SUM",
+        "aggregate_function": "AVERAGE" if average else "SUM",
     }
 
 
@@ -104,9 +115,12 @@ def lower_vector(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray,
     leaf = forest.feature < 0
     width = forest.n_outputs
     cols = np.tile(np.arange(width), (int(leaf.sum()), 1))
+    # a random forest's average in the op: the double sum divided, then rounded once to
+    # float32 (monotonic, so ties stay ties for the repair), and no Div node after it
+    average = divides_by_trees(forest)
     y = e.op("TreeEnsembleRegressor", [x], domain="ai.onnx.ml",
-             **regressor_attrs(forest, thresholds, values[leaf], cols, width))
-    out = _finish(e, forest, e.op("Cast", [y], to=TensorProto.DOUBLE), base_left)
+             **regressor_attrs(forest, thresholds, values[leaf], cols, width, average))
+    out = _finish(e, forest, e.op("Cast", [y], to=TensorProto.DOUBLE), base_left, average)
 
     def exact_rows(e: Emitter, rows: str) -> str:
         return _finish(e, forest, _exact_sums(e, forest, x, rows, thresholds, values[leaf]),
@@ -116,10 +130,11 @@ def lower_vector(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray,
     return out
 
 
-def _finish(e: Emitter, forest: Forest, s: str, base_left: np.ndarray) -> str:
+def _finish(e: Emitter, forest: Forest, s: str, base_left: np.ndarray,
+            averaged: bool = False) -> str:
     from peregrine.ir.forest import Aggregation
 
-    if forest.aggregation is Aggregation.AVERAGE:
+    if forest.aggregation is Aggregation.AVERAGE and not averaged:
         s = e.op("Div", [s, e.const(forest.output_divisor().reshape(1, -1))])
     if np.any(base_left != 0):
         s = e.op("Add", [s, e.const(np.asarray(base_left, np.float64).reshape(1, -1))])
