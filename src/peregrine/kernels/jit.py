@@ -15,6 +15,7 @@ assembly there.
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import os
 import platform
@@ -145,10 +146,27 @@ def cache_dir() -> Path:
     return config.cache_dir() / "native"
 
 
+@contextlib.contextmanager
+def _no_gc():
+    """llvmlite.ir builds a module from hundreds of thousands of small objects, and the cyclic
+    collector, started every few hundred allocations, walks the process's whole heap each time
+    (torch's and scikit-learn's objects, the user's models): it took more than half of the
+    build (LightGBM 500 x 256 leaves, 4 kernels: 1.0 s with it, 0.44 s without). The module's
+    own cycles are collected by the next collection after it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def compile_object(spec: KernelSource, target: Target) -> bytes:
     """IR -> optimised module -> object code for ``target``."""
     tm = target_machine(target)
-    text = str(spec.build_ir(llvm.get_process_triple()))
+    with _no_gc():
+        text = str(spec.build_ir(llvm.get_process_triple()))
     mod = llvm.parse_assembly(text)
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
