@@ -16,10 +16,16 @@ from typing import Any
 
 @contextlib.contextmanager
 def running_server(
-    app: Any, *, host: str = "127.0.0.1", timeout: float = 30.0, graceful_timeout: float = 10.0
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    timeout: float = 30.0,
+    graceful_timeout: float = 10.0,
+    loop: str = "auto",
 ) -> Iterator[str]:
     """Serve ``app`` with uvicorn on ``host`` and a port the OS picks; yields the base URL and
-    shuts the server down (gracefully) on exit."""
+    shuts the server down (gracefully) on exit. ``loop``: uvicorn's choice of event loop
+    ("auto": uvloop where installed, as `peregrine serve`; "asyncio": the standard one)."""
     import uvicorn
 
     from peregrine.deploy.protocol import draining_protocol
@@ -34,6 +40,7 @@ def running_server(
         lifespan="on",
         timeout_graceful_shutdown=graceful_timeout,
         http=draining_protocol(),
+        loop=loop,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(
