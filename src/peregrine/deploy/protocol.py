@@ -33,9 +33,10 @@ the head until the body's first write.
 
 And it can read a request's body straight into the app's buffer (``RECEIVE_INTO``, below): a
 bulk body otherwise reached the app through uvicorn's flow-control window, ~64 KiB per ASGI
-message, each appended to a ``bytearray``, copied out of it into the message's ``bytes`` and
-copied again into the app's buffer, with reading paused and resumed and the app's task woken for
-every message.
+message, each read copied by uvloop into a ``bytes``, each parsed piece by httptools into
+another, appended to a ``bytearray``, copied out of it into the message's ``bytes`` and copied
+again into the app's buffer, with reading paused and resumed and the app's task woken for every
+message. Now the socket is read into the app's buffer itself (``_BodyReader``).
 """
 
 from __future__ import annotations
@@ -59,9 +60,11 @@ DRAIN_IDLE_SECONDS = 0.5
 # of a body into its own buffer: ``receive_into(buffer, filled)`` with ``buffer`` a writable
 # memoryview of the announced Content-Length and ``filled`` the bytes of it the app already holds
 # (from its ``receive()`` messages) returns a future of the body's length once the whole body is
-# in ``buffer``, or of None if the client disconnected first. Each parsed piece of the body is
-# copied into the buffer as it arrives, reading is not paused meanwhile (the buffer is bounded
-# by the announced length, which the app checked), and the app's task wakes once. The app calls
+# in ``buffer``, or of None if the client disconnected first. Where the parser frames the body
+# by that same Content-Length, the rest of it is read from the socket into the buffer by the
+# event loop (``_BodyReader``); otherwise each parsed piece is copied into it as it arrives.
+# Reading is not paused meanwhile (the buffer is bounded by the announced length, which the
+# app checked), and the app's task wakes once. The app calls
 # no ``receive()`` after it (the body is complete). Other servers do not offer it: the app then
 # reads messages as ASGI has them.
 RECEIVE_INTO = "peregrine.receive_into"
