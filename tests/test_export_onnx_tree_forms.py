@@ -167,3 +167,34 @@ def test_random_forest_regressor_average_in_the_op(tmp_path):
     (got,) = sess.run(None, {"X": rows})
     np.testing.assert_allclose(got, m.predict(rows), rtol=1e-12, atol=1e-12)
     assert "Div" not in [n.op_type for n in model.graph.node]
+
+
+def test_xgboost_binary_sigmoid_in_float32(tmp_path):
+    """XGBoost's binary probabilities as its rule computes them, in float32 from the float32
+    margin: the forest sums negated leaves (-v), then Exp, Add, Reciprocal, 1 - p in float32
+    and no Cast to double and back; against XGBoost on NaN rows and on margins out to the
+    float32 exp's range (relative in the tails, labels identical)."""
+    xgb = pytest.importorskip("xgboost")
+    X, y = make_classification(1500, 8, n_informative=6, random_state=0)
+    X[::9, 1] = np.nan
+    m = xgb.XGBClassifier(n_estimators=60, max_depth=5, learning_rate=0.8).fit(X, y)
+    rng = np.random.default_rng(3)
+    rows = X[rng.integers(0, len(X), 4000)] * rng.choice([1.0, 4.0, 30.0], (4000, 1))
+    rows[rng.random(rows.shape) < 0.1] = np.nan
+    model, sess, report, _ = _export(m, tmp_path, ["predict", "predict_proba"])
+    label, proba = sess.run([report.methods["predict"], report.methods["predict_proba"]],
+                            {"X": rows})
+    want = m.predict_proba(rows)
+    assert proba.dtype == np.float32
+    np.testing.assert_array_equal(label, m.predict(rows))
+    np.testing.assert_allclose(proba, want, rtol=RTOL, atol=ATOL)
+    tail = want > 1e-30  # relative where the rule's value is not subnormal-small
+    np.testing.assert_allclose(proba[tail], want[tail], rtol=1e-5, atol=0)
+    assert want.min() < 1e-6  # the tails were reached
+    producer = {o: nd.op_type for nd in model.graph.node for o in nd.output}
+    (exp,) = [nd for nd in model.graph.node if nd.op_type == "Exp"]
+    assert producer[exp.input[0]] == "TreeEnsemble"  # -v from the forest itself
+    # no double detour: nothing widens the margin, the output is the float32 Concat itself
+    assert not [nd for nd in model.graph.node
+                if nd.op_type == "Cast" and producer.get(nd.input[0]) == "TreeEnsemble"]
+    assert producer[report.methods["predict_proba"]] == "Concat"

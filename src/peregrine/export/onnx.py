@@ -217,6 +217,10 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
             elem = _elem_type(np.dtype(dtype))
             if f32 and elem == TensorProto.DOUBLE:
                 elem = TensorProto.FLOAT
+            if elem == TensorProto.FLOAT and x in e.narrow:
+                # a float32 value widened (exactly) is itself: its Cast becomes the
+                # producer's output (drop_output_copies), not a narrowing of the widening
+                x = e.narrow[x]
             e.nodes.append(helper.make_node("Cast", [x], [name], name=name, to=elem))
         outputs.append(helper.make_tensor_value_info(name, elem, shape))
 

@@ -71,6 +71,9 @@ class Emitter:
         # node's value v, and the Sigmoid of such a pair, [1 - p, p] (onnx_ops.lower_linear)
         self.pairs: set[str] = set()
         self.proba_pairs: set[str] = set()
+        # a double tensor -> its float32 twin, for values the rule itself computes in float32
+        # (XGBoost's sigmoid: onnx_ops.lower_link), which the next op may compute in float32
+        self.rule32: dict[str, str] = {}
         # the float type lowerings compute in: DOUBLE, or FLOAT while an op is lowered on the
         # float32 level (export_onnx(precision="float32"): build_onnx narrows its constants)
         self.working = TensorProto.DOUBLE

@@ -55,6 +55,9 @@ def lower_link(e: Emitter, n: Any, ins: list[str]) -> str:
             out = e.op("Sigmoid", [x]) if bounded else _sigmoid(e, x)
             e.proba_pairs.add(out)
             return out
+        if a.float32 and float(a.scale) == 1.0 and x in e.narrow \
+                and _only_bounded_uses(e, n.name):
+            return _sigmoid32(e, x)
         negated = x in e.negated  # -v (lower_linear); -v * s is -(v * s) exactly
         if float(a.scale) != 1.0:
             x = e.op("Mul", [x, e.const(np.asarray(float(a.scale)))])
@@ -90,6 +93,33 @@ def _sigmoid(e: Emitter, x: str) -> str:
     return e.op("Div", [e.op("Max", [ex, up]), den])
 
 
+def _sigmoid32(e: Emitter, x: str) -> str:
+    """XGBoost's sigmoid as its rule computes it (semantics/libm32.sigmoid32): float32 steps
+    on the float32 margin, 1 / (expf(-v) + 1), from the forest's float32 output (``x`` is
+    its exact widening; a forest written with negated leaves gives -v itself). ONNX
+    Runtime's float32 Exp is within an ulp or two of the C library's expf; the rule clamps
+    -v at 88.7 (p >= 3e-39 where this gives 0.0), an absolute difference under 3e-39, so
+    taken where the value reaches only results and decisions (``_only_bounded_uses``). The
+    ``+ 1e-16`` of XGBoost's denominator changes no float32 sum >= 1, so it is left out.
+    Four float32 nodes where the double form took seven and two Casts (docs/export.md,
+    "Speed")."""
+    x32 = e.narrow[x]
+    t = x32 if x in e.negated else e.op("Neg", [x32])
+    den = e.op("Add", [e.op("Exp", [t]), e.const(np.asarray(1.0, np.float32))])
+    p32 = e.op("Reciprocal", [den])
+    e.dtypes[p32] = TensorProto.FLOAT
+    return _widened(e, p32)
+
+
+def _widened(e: Emitter, x32: str) -> str:
+    """A float32 value the rule computes in float32, widened to double (exact) for the ops
+    that read double; the output stage and ``rule32`` readers take the float32 itself."""
+    out = e.op("Cast", [x32], to=DOUBLE)
+    e.narrow[out] = x32
+    e.rule32[out] = x32
+    return out
+
+
 def _only_bounded_uses(e: Emitter, name: str) -> bool:
     """Whether the value of IR node ``name`` (a probability) reaches only method results,
     decisions (ARGMAX, THRESHOLD) and BINARY_PROBA columns that themselves do: there an
@@ -118,6 +148,13 @@ def _sigmoid_short(e: Emitter, x: str, negated: bool = False) -> str:
 def lower_binary_proba(e: Emitter, n: Any, ins: list[str]) -> str:
     if ins[0] in e.proba_pairs:  # already [1 - p, p] (float32 level: lower_linear)
         return ins[0]
+    if ins[0] in e.rule32 and e.widths.get(ins[0]) == 1:
+        # a float32 probability (_sigmoid32): the rule's 1.0 - p is float32 too (NEP 50)
+        p32 = e.rule32[ins[0]]
+        q32 = e.op("Sub", [e.const(np.asarray(1.0, np.float32)), p32])
+        pair = e.op("Concat", [q32, p32], axis=1)
+        e.dtypes[pair] = TensorProto.FLOAT
+        return _widened(e, pair)
     # a one-column input is p itself (a Slice would copy it)
     p = ins[0] if e.widths.get(ins[0]) == 1 else e.columns(ins[0], 0, 1)
     return e.op("Concat", [e.op("Sub", [e.const(np.asarray(1.0)), p]), p], axis=1)

@@ -159,7 +159,7 @@ def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
             forest, thresholds, x = _without_missing_tracks(e, forest, thresholds, x)
             if e.exact_sums:
                 return _float32_sum(e, forest, x, thresholds)
-            return _float32_direct(e, forest, x, thresholds)
+            return _float32_direct(e, forest, x, thresholds, _feeds_sigmoid32(e, n))
         x = e.op("Cast", [x], to=TensorProto.DOUBLE)  # exact: float32 values, double sums
     elif dt == np.float32:
         # double sums of float32 decisions: the double input against double thresholds that
@@ -299,7 +299,20 @@ def _float32_sum(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> 
     return e.op("Cast", [out], to=TensorProto.DOUBLE)
 
 
-def _float32_direct(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> str:
+def _feeds_sigmoid32(e: Emitter, n: Any) -> bool:
+    """Whether the forest's value is read only by XGBoost's float32 sigmoid in its float32
+    form (onnx_ops._sigmoid32), which takes -v: the forest then sums negated leaves."""
+    from peregrine.export.onnx_ops import _only_bounded_uses
+    from peregrine.ir.ops import Link
+
+    users = e.consumers.get(n.name, [])
+    return bool(users) and n.name not in e.results and all(
+        u.op is Op.LINK and u.attrs.kind is Link.SIGMOID and u.attrs.float32
+        and float(u.attrs.scale) == 1.0 and _only_bounded_uses(e, u.name) for u in users)
+
+
+def _float32_direct(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray,
+                    negate: bool = False) -> str:
     """XGBoost's float32 sum in one float32 TreeEnsemble: ONNX Runtime accumulates in the
     thresholds' type, tree by tree from the first, so with the base margin folded into each
     group's first tree this is the library's sum wherever ONNX Runtime walks a row's trees in
@@ -307,10 +320,19 @@ def _float32_direct(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) 
     threads (few rows, more than 80 trees, several intra-op threads) the partial sums are
     added in another order (float32 reassociation)."""
     value = _fold_base(forest, np.float32)
+    if negate:
+        # -v for the float32 sigmoid's exp(-v) (a Neg node less): float32 rounding is
+        # symmetric in sign, so every partial sum is the exact negation of the original's
+        value = -value
     x32 = x if e.dtypes.get(x) == TensorProto.FLOAT else e.op("Cast", [x], to=TensorProto.FLOAT)
     out = e.op("TreeEnsemble", [x32], domain="ai.onnx.ml",
                **tree_ensemble_attrs(forest, thresholds.astype(np.float32), values=value))
-    return e.op("Cast", [out], to=TensorProto.DOUBLE)
+    e.dtypes[out] = TensorProto.FLOAT
+    wide = e.op("Cast", [out], to=TensorProto.DOUBLE)
+    e.narrow[wide] = out  # the float32 sum, exactly: a float32 reader takes it as it is
+    if negate:
+        e.negated.add(wide)
+    return wide
 
 
 def _zero_as_missing(e: Emitter, n: Any, forest: Forest, x: str) -> str:
