@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from contextlib import nullcontext
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -349,16 +350,20 @@ class CompiledModel:
                             check=self.options.validate_input)
         if arr.shape[0] == 0:
             raise InputError("input has 0 rows; expected at least one")
-        if self.spec.input_checks and self.options.validate_input:
-            # rows sklearn would reject (handle_unknown='error'...) are flagged by the graph
-            # itself, in the same run: a compiled program cannot raise per row
-            res = self._exec.run(arr, (method.output, INPUT_ERRORS))
-            self._raise_flagged(np.asarray(res[INPUT_ERRORS]), arr)
-            out = res[method.output]
-        else:
-            out = self._exec.run(arr, (method.output,))[method.output]
-        if self.options.validate_input:  # values a later step re-validates (after the
-            check_guards(self.spec, arr)  # encoders' checks: the earlier steps raise first)
+        # a magnitude beyond the guards' bound may overflow in the steps (as it does in
+        # scikit-learn's, which then raises): run quietly, the guards say where it breaks
+        beyond = self.options.validate_input and beyond_bound(self.spec, arr)
+        with np.errstate(all="ignore") if beyond else nullcontext():
+            if self.spec.input_checks and self.options.validate_input:
+                # rows sklearn would reject (handle_unknown='error'...) are flagged by the
+                # graph itself, in the same run: a compiled program cannot raise per row
+                res = self._exec.run(arr, (method.output, INPUT_ERRORS))
+                self._raise_flagged(np.asarray(res[INPUT_ERRORS]), arr)
+                out = res[method.output]
+            else:
+                out = self._exec.run(arr, (method.output,))[method.output]
+        if beyond:  # values a later step re-validates (after the encoders' checks: the
+            check_guards(self.spec, arr, beyond=True)  # earlier steps raise first)
         if method.strings:
             return _string_columns(X, self.spec, method.strings)
         # dtype "input": the source keeps a float32 input float32 (sklearn's scalers)
@@ -447,7 +452,7 @@ def build(spec: ModelSpec, backend: str, options: CompileOptions, device: str,
     return CompiledModel(spec, backend, executable, options, device, content_hash)
 
 
-from peregrine.runtime.guards import check_guards, guards  # noqa: E402
+from peregrine.runtime.guards import beyond_bound, check_guards, guards  # noqa: E402
 from peregrine.runtime.inputs import (  # noqa: E402  (after CompiledModel: no cycle)
     FLOAT32_OVERFLOW,
     beyond_float32,

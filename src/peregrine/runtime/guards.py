@@ -333,23 +333,33 @@ def read_columns(spec: ModelSpec) -> frozenset | None:
     return read
 
 
-def check_guards(spec: ModelSpec, arr: Any) -> None:
-    """Raise InputError where a guarded value breaks its step's rule (the rows whose largest
-    magnitude exceeds M are evaluated; the others cannot)."""
+def beyond_bound(spec: ModelSpec, arr: Any) -> bool:
+    """Whether ``arr`` holds a magnitude above the model's bound M (NaN ignored): only then can
+    a guard fire, and only then may the steps' values overflow (the caller then runs the
+    backend quietly: the overflow is expected, and the guards say where it breaks a rule)."""
     found, m = guards(spec)
     if not found:
-        return
+        return False
     x = arr if isinstance(arr, np.ndarray) else arr.detach().cpu().numpy()
     if not x.size:
-        return
+        return False
     read = read_columns(spec)  # the columns the graph and its guards read (the others: a
     probe = x if read is None or len(read) >= x.shape[1] else \
         x[:, np.asarray(sorted(read), dtype=np.intp)]  # frame's unconverted zeros)
     flat = probe.ravel(order="K")  # a view of a C- or F-ordered matrix
     # NaN-ignoring max and min: no (rows, columns) temporary on the common path
     # (as Python floats: a float32 compared with a float64 beyond its range warns of the cast)
-    if float(np.fmax.reduce(flat)) <= m and float(np.fmin.reduce(flat)) >= -m:
+    return not (float(np.fmax.reduce(flat)) <= m and float(np.fmin.reduce(flat)) >= -m)
+
+
+def check_guards(spec: ModelSpec, arr: Any, beyond: bool | None = None) -> None:
+    """Raise InputError where a guarded value breaks its step's rule (the rows whose largest
+    magnitude exceeds M are evaluated; the others cannot). ``beyond``: ``beyond_bound``'s
+    answer when the caller has it."""
+    if not (beyond_bound(spec, arr) if beyond is None else beyond):
         return
+    found, m = guards(spec)
+    x = arr if isinstance(arr, np.ndarray) else arr.detach().cpu().numpy()
     with np.errstate(invalid="ignore"):
         rows = np.flatnonzero(np.any(np.abs(x) > m, axis=1))
     if not rows.size:
