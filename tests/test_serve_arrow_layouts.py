@@ -125,6 +125,17 @@ def test_known_answers_are_the_bytes_pyarrow_writes(out, names):
         assert formats.encode(again, formats.ARROW, names) == pyarrow_writes(again)
 
 
+def test_large_answers_are_not_kept():
+    out = np.random.default_rng(5).random((70_000, 2)).astype(np.float32)  # 560 KB
+    big = np.random.default_rng(6).random((140_000, 2))  # 2.2 MB of float64
+    for values in (out, big):
+        formats.encode(values, formats.ARROW, ["0", "1"])
+    assert arrow_layouts.known_answer(out, ["0", "1"]) is not None
+    assert arrow_layouts.known_answer(big, ["0", "1"]) is None
+    table = pa.ipc.open_stream(formats.encode(big, formats.ARROW, ["0", "1"])).read_all()
+    assert np.column_stack([c.to_numpy() for c in table.columns]).tobytes() == big.tobytes()
+
+
 def test_labels_and_booleans_take_pyarrow():
     labels = np.array(["x", "y", "x"], dtype=object)
     assert arrow_layouts.known_answer(labels, ["predictions"]) is None

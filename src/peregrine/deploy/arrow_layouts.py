@@ -30,6 +30,9 @@ import numpy as np
 # layouts kept (bodies and answers each): a bulk client uses one or two; clients choose body
 # lengths and row counts, so the tables are bounded (the oldest entry goes first)
 MAX_LAYOUTS = 16
+# bytes kept per layout, at most: a body's bytes around its values (schema, metadata, padding),
+# an answer's whole stream (80 KB for 10K rows of two float32 columns); larger ones take pyarrow
+MAX_KEPT_BYTES = 1 << 20
 _lock = threading.Lock()  # (the server decodes on its event loop; other callers may not)
 
 
@@ -131,6 +134,8 @@ def remember_body(
 ) -> None:
     """``body`` (a whole stream of one batch) was read by pyarrow as ``layout``'s columns, in
     the model's order: bodies with the same other bytes are read the same way."""
+    if body.size - (layout.end - layout.start) > MAX_KEPT_BYTES:
+        return
     key = (body.size, feature_names)
     entries = [k for k in _bodies.get(key, ()) if k.layout != layout][: MAX_LAYOUTS - 1]
     _keep(_bodies, key, [_Known(layout, body), *entries])
@@ -164,7 +169,7 @@ def remember_answer(out: np.ndarray, names: list[str], data: bytes) -> None:
     import pyarrow as pa
 
     key = _answer_key(out, names)
-    if key is None or key in _answers:
+    if key is None or key in _answers or len(data) > MAX_KEPT_BYTES:
         return
     batches = list(pa.ipc.open_stream(data))  # zero-copy: the buffers point into data
     if len(batches) != 1:
