@@ -211,3 +211,47 @@ def test_l2_normalizer_edges(tmp_path):
     assert "ReduceL2" in _ops(model)
     np.testing.assert_allclose(got["transform"], m.transform(rows), rtol=RTOL, atol=ATOL)
     np.testing.assert_allclose(got["transform"][:4], m.transform(rows)[:4], rtol=RTOL, atol=0)
+
+
+def test_rbf_kernel_in_three_nodes(tmp_path):
+    """The rbf kernel's squared distance as Gemm (-2 folded into the vectors, |v|^2 as C),
+    ReduceSumSquare, Add and Max (the clamp): SVC and NuSVC decision_function against
+    scikit-learn on rows equal to support vectors (distance 0: the clamp), near them and far
+    from them (the kernel underflows), labels identical."""
+    from sklearn.svm import SVC, NuSVC
+
+    X, y = make_classification(300, 6, n_informative=4, n_redundant=0, n_classes=3,
+                               random_state=0)
+    rng = np.random.default_rng(0)
+    for m in (SVC(gamma=0.5).fit(X, y), NuSVC(nu=0.3).fit(X, y)):
+        sv = m.support_vectors_
+        rows = np.concatenate([sv[:50], sv[:50] + 1e-9, sv[:50] * (1 + 1e-15),
+                               X * 5.0, X + rng.normal(size=X.shape) * 40.0])
+        model, got = _export(m, tmp_path, rows, ["predict", "decision_function"])
+        ops = _ops(model)
+        assert "Where" not in ops and "Less" not in ops and "Max" in ops
+        assert "ReduceSumSquare" in ops
+        np.testing.assert_array_equal(got["predict"], m.predict(rows))
+        np.testing.assert_allclose(got["decision_function"], m.decision_function(rows),
+                                   rtol=RTOL, atol=ATOL)
+
+
+def test_l1_normalizer_is_one_node(tmp_path):
+    """Normalizer('l1') as LpNormalization(p=1): zero rows (zero), huge rows and rows of
+    small values, as scikit-learn (rtol without atol on the edge rows). Rows whose norm is
+    below 10 eps but not 0 are left out: scikit-learn divides them by 1
+    (_handle_zeros_in_scale), the compiled model's rule only zero norms."""
+    from sklearn.preprocessing import Normalizer
+
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(600, 7))
+    rows[0] = 0.0
+    rows[1] = -0.0
+    rows[2] = 1e-10
+    rows[3, :3] = [1e300, -1e300, 3.0]
+    rows[4, :2] = [1e308, 1e308]  # the norm overflows: zeros, as scikit-learn's
+    m = Normalizer(norm="l1").fit(rows)
+    model, got = _export(m, tmp_path, rows, ["transform"])
+    assert _ops(model) == ["LpNormalization"]
+    np.testing.assert_allclose(got["transform"], m.transform(rows), rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(got["transform"][:5], m.transform(rows)[:5], rtol=RTOL, atol=0)

@@ -290,6 +290,13 @@ def lower_clip(e: Emitter, n: Any, ins: list[str]) -> str:
 @lowering(Op.NORMALIZE)
 def lower_normalize(e: Emitter, n: Any, ins: list[str]) -> str:
     a, x = n.attrs, ins[0]
+    if a.norm == "l1" and a.zero != "uniform":
+        # one node: x / sum |x| per row, a zero row (the only zero l1 norm: no sum of
+        # absolute values underflows to 0) set to zero where the rule divides it by 1 (the
+        # same values; -0.0 becomes 0.0); NaN and inf as the rule's division. (For l2 a zero
+        # norm also comes from squares that underflow, where the rule returns x itself and
+        # LpNormalization zeros: l2 keeps ReduceL2 + the rule's zero test)
+        return e.op("LpNormalization", [x], axis=1, p=1)
     axes = e.const(np.asarray([1], np.int64))
     if a.norm == "l1":
         norm = e.op("ReduceSum", [e.op("Abs", [x]), axes], keepdims=1)
