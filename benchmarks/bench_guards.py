@@ -1,6 +1,6 @@
 """What the guards' interval rules buy (run by hand, not a test): pipelines whose guarded chain
 holds an op that had no interval rule (QuantileTransformer, PowerTransformer, a
-FunctionTransformer ufunc) got the input bound M = 0, so every row with a non-zero value had the
+FunctionTransformer ufunc, a stacking model's members) got the input bound M = 0, so every row with a non-zero value had the
 guarded nodes evaluated by the reference rules on every call. Each model is compiled once and
 timed twice in this run: with the bound runtime/guards.py now finds, and with M forced to 0 (the
 previous result for these ops, set in the guards' cache before the first call).
@@ -22,7 +22,11 @@ for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(var, "2")
 
 import numpy as np  # noqa: E402
-from sklearn.ensemble import RandomForestClassifier  # noqa: E402
+from sklearn.ensemble import (  # noqa: E402
+    GradientBoostingClassifier,
+    RandomForestClassifier,
+    StackingClassifier,
+)
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import (  # noqa: E402
@@ -42,6 +46,10 @@ def cases():
         "power->logistic": make_pipeline(PowerTransformer(), LogisticRegression(max_iter=500)),
         "sqrt->forest": make_pipeline(FunctionTransformer(np.sqrt), RandomForestClassifier(
             50, max_depth=8, random_state=0)),
+        "stacking->logistic": StackingClassifier(
+            [("rf", RandomForestClassifier(50, max_depth=8, random_state=0)),
+             ("gb", GradientBoostingClassifier(n_estimators=50, random_state=0))],
+            final_estimator=LogisticRegression()),
     }
 
 

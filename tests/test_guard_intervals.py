@@ -11,7 +11,12 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.ensemble import GradientBoostingClassifier, HistGradientBoostingClassifier
+from sklearn.ensemble import (
+    GradientBoostingClassifier,
+    HistGradientBoostingClassifier,
+    RandomForestClassifier,
+    StackingClassifier,
+)
 from sklearn.feature_selection import VarianceThreshold
 from sklearn.impute import SimpleImputer
 from sklearn.linear_model import LogisticRegression
@@ -68,6 +73,15 @@ def _pipelines():
         "square_hgb": make_pipeline(ft(np.square), HistGradientBoostingClassifier(max_iter=3)),
         "scaler_hgb": make_pipeline(StandardScaler(), HistGradientBoostingClassifier(
             max_iter=3)),
+        # a final estimator re-validates its members' outputs (bounded by their leaves)
+        "stack_logistic": StackingClassifier(
+            [("rf", RandomForestClassifier(5, max_depth=3, random_state=0)),
+             ("hgb", HistGradientBoostingClassifier(max_iter=3))],
+            final_estimator=LogisticRegression(), passthrough=True),
+        "stack_tree": StackingClassifier(
+            [("gb", GradientBoostingClassifier(n_estimators=4, random_state=0)),
+             ("lr", make_pipeline(StandardScaler(), LogisticRegression()))],
+            final_estimator=_tree()),
     }
 
 
@@ -137,6 +151,7 @@ def test_raises_where_sklearn_raises(name, dtype, backend):
     ("yeo_logistic", 0.125, 0.125),
     ("exp_quantile_logistic", 64, 64),
     ("poly_scaler_hgb", 2.0**60, 2.0**64),
+    ("stack_logistic", 2.0**127, 2.0**127),  # float32 inputs: the forest's own cast
 ])
 def test_bound_is_finite(name, low, high):
     """Ops without a rule used to give M = 0 (every row with a non-zero value evaluated by

@@ -267,13 +267,51 @@ def _clip(n: Any, a: Any, ins: list, m: float) -> Interval:
     return np.clip(lo, low, high), np.clip(hi, low, high), nan
 
 
+def _forest(n: Any, a: Any, ins: list, m: float) -> Interval:
+    """A tree ensemble's aggregated output, whatever it reads (every value, NaN and infinity
+    too, reaches a leaf): the base score plus, per tree, its smallest and largest leaf."""
+    f = a.forest
+    lo, hi, mag = (np.zeros(f.n_outputs) for _ in range(3))
+    leaf = f.feature < 0
+    for t in range(f.n_trees):
+        start, stop = int(f.tree_offsets[t]), int(f.tree_offsets[t + 1])
+        v = f.value[start:stop][leaf[start:stop]]
+        if f.value_width == f.n_outputs:
+            lo, hi = lo + v.min(axis=0), hi + v.max(axis=0)
+            mag += np.abs(v).max(axis=0)
+        else:
+            g = int(f.tree_group[t])
+            lo[g], hi[g] = lo[g] + v[:, 0].min(), hi[g] + v[:, 0].max()
+            mag[g] += np.abs(v[:, 0]).max()
+    base = np.asarray(f.base_score, dtype=np.float64)
+    # the library's sum rounds (float32 for XGBoost): at most (trees + 1) ulps of the
+    # magnitudes added
+    pad = (mag + np.abs(base)) * (f.n_trees + 1) * float(np.finfo(f.sum_dtype).eps)
+    lo, hi = lo - pad, hi + pad
+    if not f.sum_starts_at_base:
+        lo, hi = lo / f.output_divisor(), hi / f.output_divisor()
+    return lo + base, hi + base, np.zeros(f.n_outputs, dtype=bool)
+
+
+def _link(n: Any, a: Any, ins: list, m: float) -> Interval | None:
+    lo, hi, nan = ins[0]
+    kind = a.kind.value
+    if kind == "identity":
+        return lo, hi, nan
+    if kind == "sigmoid":  # increasing for a positive scale, in [0, 1] either way
+        return _fixed(n, 0.0, 1.0, nan)
+    if kind == "softmax":  # a NaN anywhere in the row spreads over it
+        return _fixed(n, 0.0, 1.0, nan.any())
+    return None
+
+
 def _rowwise(n: Any, a: Any, ins: list, m: float) -> Interval:  # NORMALIZE: |x_j| <= norm
     return _fixed(n, -1.0, 1.0, ins[0][2].any())
 
 
 # ops whose output lies in a fixed range whatever their input holds (infinity, NaN): the
 # rule needs no interval of the input (QUANTILE's NaN passes through: all flagged without one)
-_ANY_INPUT = frozenset({Op.ONE_HOT, Op.BINARIZE, Op.DIGITIZE, Op.QUANTILE})
+_ANY_INPUT = frozenset({Op.ONE_HOT, Op.BINARIZE, Op.DIGITIZE, Op.QUANTILE, Op.TREE_ENSEMBLE})
 
 _RULES: dict[Op, Any] = {
     Op.INPUT: lambda n, a, ins, m: _fixed(n, -m, m),
@@ -295,6 +333,11 @@ _RULES: dict[Op, Any] = {
     Op.POWER: _power,
     Op.QUANTILE: _quantile,
     Op.DIGITIZE: _digitize,
+    Op.TREE_ENSEMBLE: _forest,
+    Op.LINK: _link,
+    Op.BINARY_PROBA: lambda n, a, ins, m: (
+        np.concatenate([1.0 - ins[0][1][:1], ins[0][0][:1]]),
+        np.concatenate([1.0 - ins[0][0][:1], ins[0][1][:1]]), np.repeat(ins[0][2][:1], 2)),
 }
 
 
