@@ -331,3 +331,36 @@ def test_artifact_round_trip_keeps_missing_and_categories(tmp_path):
     loaded = peregrine.load(path)
     np.testing.assert_array_equal(loaded.predict(df), c.predict(df))
     assert loaded.spec.category_maps == c.spec.category_maps
+
+
+@pytest.mark.parametrize("make", [
+    lambda X, y: xgb.XGBClassifier(n_estimators=30, max_depth=5).fit(X, y),
+    lambda X, y: xgb.XGBClassifier(n_estimators=10, max_depth=3, objective="multi:softprob")
+    .fit(X, y % 3),
+    lambda X, y: xgb.XGBRegressor(n_estimators=20, max_depth=4, base_score=0.3).fit(X, X[:, 0]),
+])
+def test_model_json_reads_the_same_with_orjson_and_the_standard_library(make):
+    """The frontend reads the booster's JSON with orjson where installed: every number must
+    be the double the standard library reads (the thresholds decide splits bit for bit)."""
+    orjson = pytest.importorskip("orjson")
+    from peregrine.frontends.xgboost import _read_json
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(600, 5)) * np.array([1e-30, 1.0, 1e6, 3.3, 1e30])
+    X[::7, 1] = np.nan
+    y = (X[:, 1] > 0).astype(int) + (X[:, 2] > 0)
+    data = bytes(make(X, y).get_booster().save_raw(raw_format="json"))
+
+    def same(a, b):
+        if isinstance(a, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list):
+            return len(a) == len(b) and all(same(u, v) for u, v in zip(a, b))
+        if isinstance(a, float):
+            return np.float64(a).tobytes() == np.float64(b).tobytes()
+        return type(a) is type(b) and a == b
+
+    assert same(orjson.loads(data), json.loads(data))
+    assert same(_read_json(data), json.loads(data))
+    assert same(_read_json(b'{"a": NaN, "b": [Infinity, 1.5]}'),
+                json.loads(b'{"a": NaN, "b": [Infinity, 1.5]}'))
