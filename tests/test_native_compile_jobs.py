@@ -98,6 +98,21 @@ def test_a_failed_child_costs_only_a_compile_here(fresh_cache, monkeypatch):
                                rtol=1e-5, atol=1e-6)
 
 
+def test_no_process_to_spare_compiles_here(fresh_cache, monkeypatch):
+    X, y = _data(4)
+    model = xgboost.XGBClassifier(n_estimators=10, max_depth=3).fit(X, y)
+
+    def no_fork():
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    compiled, built = _compile(model, 2, monkeypatch)
+    assert built >= 2
+    rows = _rows().astype(np.float32)
+    np.testing.assert_allclose(compiled.predict_proba(rows), model.predict_proba(rows),
+                               rtol=1e-5, atol=1e-6)
+
+
 def test_cached_kernels_are_not_compiled_again(fresh_cache, monkeypatch):
     X, y = _data(3)
     model = xgboost.XGBRegressor(n_estimators=10, max_depth=4).fit(X, y)

@@ -292,9 +292,13 @@ def _compile_forked(specs: list[KernelSource], target: Target, jobs: int,
         for _ in range(jobs - 1):
             # no other thread is inside LLVM or this cache while forking (the child gets
             # their locks as they are at this instant)
-            with _lock, (llvm_lock or contextlib.nullcontext()), warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads, 3.12+
-                pid = os.fork()
+            try:
+                with _lock, (llvm_lock or contextlib.nullcontext()), \
+                        warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)  # with threads, 3.12+
+                    pid = os.fork()
+            except OSError:  # no process to spare (limits, memory): fewer helpers, or none
+                break
             if pid == 0:
                 _child(specs, target, read_end, tmp)  # never returns
             pids.append(pid)
