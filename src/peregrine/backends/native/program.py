@@ -185,9 +185,13 @@ class ForestProgram:
         return [(cmp, small) for cmp in cmps
                 for small in ((False, True) if self.small is not None else (False,))]
 
-    def kernel_specs(self) -> list[KernelSpec]:
-        """What :meth:`prepare` compiles, for ``jit.load_all`` to compile at once."""
-        return [self._spec(cmp, small)[1] for cmp, small in self._wanted()]
+    def kernel_specs(self, rows: np.ndarray | None = None) -> list[KernelSpec]:
+        """What :meth:`prepare` compiles (or, given ``rows``, what a call on them runs), for
+        ``jit.load_all`` to compile at once."""
+        if rows is None:
+            return [self._spec(cmp, small)[1] for cmp, small in self._wanted()]
+        small = rows.shape[0] <= self.small_rows and self.n_trees > 0
+        return [self._spec(self.cmp_dtype(rows.dtype), small)[1]]
 
     def prepare(self) -> None:
         """Compile every kernel now rather than on the first call."""

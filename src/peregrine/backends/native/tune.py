@@ -13,6 +13,7 @@ trees: one row against 16 trees at a time), with the row count where the second 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -29,6 +30,7 @@ from peregrine.backends.native.refill import refill_schedule
 from peregrine.backends.native.representations import REPRESENTATIONS
 from peregrine.backends.native.schedule import Lanes, Layout, LoopOrder, Schedule
 from peregrine.ir import Forest
+from peregrine.kernels import jit
 from peregrine.options import CompileOptions
 
 BYTE_TILES = (Layout.BINNED, Layout.OBLIVIOUS_BINNED)  # row tiles quantised to a byte per value
@@ -326,9 +328,15 @@ def measure(forest: Forest, choices: list[Choice], batch: int, options: CompileO
         rows = synthetic_rows(forest, min(batch, MEASURE_MAX_ROWS))
     program = np.zeros(1)  # an empty epilogue: only the trees are timed
     timings = []
-    for c in choices:
-        prog = ForestProgram(forest, c.schedule, precision=options.precision, target=target,
-                             n_threads=threads, small=c.few_rows, small_rows=c.few_rows_max)
+    progs = [ForestProgram(forest, c.schedule, precision=options.precision, target=target,
+                           n_threads=threads, small=c.few_rows, small_rows=c.few_rows_max)
+             for c in choices]
+    specs = []
+    for prog in progs:
+        with contextlib.suppress(ValueError):  # a schedule this forest cannot take: below
+            specs += prog.kernel_specs(rows)
+    jit.load_all(specs, target, jobs=jit.compile_jobs(threads))  # the candidates at once
+    for prog in progs:
         run = prog.caller(program, forest.n_outputs,
                           lambda X, p=prog: p(X, program, forest.n_outputs))  # as compiled
         try:
