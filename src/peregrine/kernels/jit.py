@@ -243,9 +243,15 @@ def write_atomic(path: Path, data: bytes) -> None:
 _CHILD_TIMEOUT_S = 600.0
 
 
-def compile_jobs(threads: int) -> int:
+def compile_jobs(threads: int | None = None) -> int:
     """Processes a compile may use: the compiled model's thread count (what the user lets it
-    run on), unless ``PEREGRINE_COMPILE_JOBS`` says otherwise."""
+    run on; None: the CPUs this process may use), unless ``PEREGRINE_COMPILE_JOBS`` says
+    otherwise."""
+    if threads is None:
+        try:
+            threads = len(os.sched_getaffinity(0))
+        except AttributeError:  # not Linux
+            threads = os.cpu_count() or 1
     return config.compile_jobs() or max(1, threads)
 
 
