@@ -34,6 +34,7 @@ import llvmlite
 import llvmlite.binding as llvm
 
 from peregrine import config
+from peregrine.kernels.threads import usable_cpus
 
 STATS = {"compiled": 0, "disk_hits": 0, "memory_hits": 0}
 _OBJECT_MAGICS = (b"\x7fELF", b"\xcf\xfa\xed\xfe", b"\x64\x86")  # ELF, Mach-O, COFF x86-64
@@ -247,12 +248,7 @@ def compile_jobs(threads: int | None = None) -> int:
     """Processes a compile may use: the compiled model's thread count (what the user lets it
     run on; None: the CPUs this process may use), unless ``PEREGRINE_COMPILE_JOBS`` says
     otherwise."""
-    if threads is None:
-        try:
-            threads = len(os.sched_getaffinity(0))
-        except AttributeError:  # not Linux
-            threads = os.cpu_count() or 1
-    return config.compile_jobs() or max(1, threads)
+    return config.compile_jobs() or max(1, usable_cpus() if threads is None else threads)
 
 
 def load_all(specs: list[KernelSource], target: Target | None = None, jobs: int = 1) -> int:

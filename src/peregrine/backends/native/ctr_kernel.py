@@ -18,7 +18,6 @@ docs/frontends/catboost.md.
 from __future__ import annotations
 
 import ctypes
-import os
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +27,7 @@ from llvmlite import ir
 
 from peregrine.kernels import jit
 from peregrine.kernels.irutil import F32, F64, I32, I64, PTR, Loops, gep
-from peregrine.kernels.threads import pool
+from peregrine.kernels.threads import pool, usable_cpus
 
 # A projection's key -> entry map is dense (int32 per possible key) while it has at most this
 # many slots or 8 per stored key; past that, a binary search over its keys.
@@ -332,7 +331,4 @@ def _threads(options: Any) -> int:
     """CompileOptions.n_threads, else the CPUs this process may run on (as the forests)."""
     if options is not None and options.n_threads:
         return int(options.n_threads)
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return usable_cpus()

@@ -11,7 +11,6 @@ runs its rule (``ir/semantics``, ``rules.run``), so those ops stay defined in ex
 
 from __future__ import annotations
 
-import os
 from functools import partial
 from typing import Any
 
@@ -25,6 +24,7 @@ from peregrine.backends.native.program import FLOAT64, INPUT_DTYPES, ForestProgr
 from peregrine.ir import Node, Op
 from peregrine.kernels import jit
 from peregrine.kernels.fused import RowKernel, checked_runner, narrow_outputs, row_kernel
+from peregrine.kernels.threads import usable_cpus
 from peregrine.options import CompileOptions
 
 # Row blocks for a plan of NumPy rules: about 8 MiB of intermediate values per block (a kernel
@@ -234,12 +234,7 @@ class NativeExecutable(Executable):
 
 
 def default_threads(options: CompileOptions) -> int:
-    if options.n_threads:
-        return options.n_threads
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return options.n_threads or usable_cpus()
 
 
 # The executor's step kinds (lower.py), each run by one method: a table keyed by type, like the
