@@ -230,9 +230,9 @@ def _without_missing_tracks(e: Emitter, forest: Forest, thresholds: np.ndarray,
     membership splits have no negated form)."""
     internal = forest.feature >= 0
     flip = internal & forest.nan_left
-    if not flip.any() or forest.has_categorical:
+    width = e.widths.get(x)  # x's columns (it may be wider than the forest reads)
+    if not flip.any() or forest.has_categorical or not isinstance(width, int):
         return forest, thresholds, x
-    width = int(e.widths.get(x) or forest.n_features)
     t = np.asarray(thresholds)
     with np.errstate(invalid="ignore"):
         neg = np.nextafter(-t, t.dtype.type(-np.inf))
@@ -356,7 +356,9 @@ def _zero_as_missing(e: Emitter, n: Any, forest: Forest, x: str) -> str:
     cols = np.zeros((1, e.widths.get(x) or width), bool)
     cols[:, :width] = zero_cols
     mask = e.op("And", [near_zero, e.const(cols)])
-    return e.op("Where", [mask, e.const(np.asarray(np.nan)), x])
+    out = e.op("Where", [mask, e.const(np.asarray(np.nan)), x])
+    e.widths[out] = e.widths.get(x)  # the negated columns sit after all of x's
+    return out
 
 
 def _members(forest: Forest, c: int) -> list[float]:
