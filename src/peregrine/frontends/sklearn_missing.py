@@ -100,15 +100,17 @@ def head_missing_indicator(est: Any, ctx: Context, flow: Flow) -> Head:
     sparse = "csc_matrix" if est.sparse is True else ""  # transform: sp.csc_matrix(mask)
     ctx.sparse_last = est if sparse else None
     missing = est.missing_values
-    if ctx.g.node(flow.node).op is Op.INPUT and \
-            (missing is None or is_scalar_nan(missing) or isinstance(missing, str)):
+    if ctx.g.node(flow.node).op is Op.INPUT:
         # it alone reads the input, which may hold strings: scikit-learn compares object
-        # values (X != X, X == None, X == "") and nothing it keeps says which columns held
-        # strings at fit, so every column is read as strings (codes at the boundary); a
-        # numeric array becomes codes too (NaN the NaN category: runtime/inputs.py)
-        for i, s in enumerate(flow.src):
-            ctx.vocab(s, est, i)
-        if not is_scalar_nan(missing):
+        # values (X != X, X == None, X == "") and keeps no record of which columns held
+        # strings at fit. np.nan: an object column becomes NaN or 0.0 at the boundary, a
+        # numeric one stays numbers (isnan either way); None or a string: every column is
+        # read as strings (codes), and a numeric X is refused, as scikit-learn refuses it
+        if is_scalar_nan(missing):
+            ctx.read_objects(flow, est)
+        elif missing is None or isinstance(missing, str):
+            for i, s in enumerate(flow.src):
+                ctx.vocab(s, est, i)
             ctx.refuse_numbers(flow, est)
     out = step_missing_indicator(est, ctx, flow)  # transform returns a boolean mask
     return Head({"transform": out.node},

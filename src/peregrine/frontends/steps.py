@@ -99,6 +99,11 @@ class Context:
         a numeric array in those columns (runtime/inputs.py)."""
         self._input_columns(flow, est, "strings")
 
+    def read_objects(self, flow: Flow, est: Any) -> None:
+        """``est`` reads its input columns only for their float NaNs (``X != X`` on object
+        input): the boundary turns object columns there into NaN or 0.0 (runtime/inputs.py)."""
+        self._input_columns(flow, est, "objects")
+
     def refuse_sparse(self, flow: Flow) -> None:
         """The step reading ``flow`` refuses a scipy.sparse matrix (StandardScaler centring
         one, HistGradientBoosting): when ``flow`` is the raw input or columns of it, a sparse

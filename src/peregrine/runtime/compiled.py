@@ -253,8 +253,7 @@ class CompiledModel:
         minus its generic steps, so one row costs the kernel and little else. False when this
         model or method needs the generic path (rows the graph flags, no backend runner)."""
         spec, method = self.spec, self.spec.methods[name]
-        if spec.input_checks or spec.text is not None or method.strings or \
-                vocabulary_columns(spec):  # (numbers there become codes: prepare_input)
+        if spec.input_checks or spec.text is not None or method.strings:
             return False  # documents and strings go through prepare_input
         run = self._exec.runner(method.output)
         if run is None:
@@ -457,6 +456,5 @@ from peregrine.runtime.inputs import (  # noqa: E402  (after CompiledModel: no c
     FLOAT32_OVERFLOW,
     beyond_float32,
     prepare_input,
-    vocabulary_columns,
 )
 from peregrine.runtime.sparse import call_sparse, is_sparse  # noqa: E402

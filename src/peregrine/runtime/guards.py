@@ -38,8 +38,9 @@ _SLACK = 1e-6
 
 # guard kinds that name input columns the boundary checks (inputs.py): "input" (NaN/inf
 # refused as they are), "na" (pd.NA refused), "strings" (a numeric array refused: a step
-# comparing object values with None or a string, which scikit-learn refuses on numbers)
-BOUNDARY_KINDS = ("na", "input", "strings")
+# comparing object values with None or a string, which scikit-learn refuses on numbers),
+# "objects" (object values read only for their NaNs: MissingIndicator(np.nan) alone)
+BOUNDARY_KINDS = ("na", "input", "strings", "objects")
 
 # M when even an all-zero row may break a rule: every row is checked (|x| > -1 always holds;
 # CompiledModel's one-row proof compares a sum of squares with -M*M, which nothing passes)

@@ -52,14 +52,13 @@ def prepare_input(X: Any, spec: ModelSpec, *, keep_tensor: bool = False, check: 
                 f"unsupported input type {type(X).__name__}; pass a numpy array, pandas "
                 "DataFrame or torch tensor"
             )
-        if X.ndim == 2 and (spec.hash_columns or (X.dtype.kind in "OUS" and
-                                                  spec.category_maps)):
+        if X.ndim == 2 and (spec.hash_columns or (X.dtype.kind in "OUS" and (
+                spec.category_maps or boundary_columns(spec, "objects")))):
             _check_shape(X.shape, spec)
             arr = _from_object_array(X, spec)
         else:
             arr = _numeric_array(X, where="input", int_dtype=spec.int_input_dtype)
-            if arr.ndim == 2 and spec.category_maps:
-                arr = _numbers_in_vocabularies(arr, spec)
+            _refuse_numbers(spec)
     _check_shape(arr.shape, spec)
     if check:
         _check_values(arr, spec, checked)
@@ -268,7 +267,10 @@ def _from_dataframe(df: Any, spec: ModelSpec) -> tuple[np.ndarray, frozenset | N
             continue
         # object/string columns with a fit-time category map (a pipeline's string encoders,
         # scikit-learn HGB's categories) are looked up like category columns
-        if isinstance(col.dtype, pd.CategoricalDtype) or (
+        objects = boundary_columns(spec, "objects")
+        if j in objects and col.dtype.kind == "O":
+            out[:, j] = missing_or_zero(col.to_numpy(dtype=object), name, objects[j])
+        elif isinstance(col.dtype, pd.CategoricalDtype) or (
             j in spec.category_maps and col.dtype.kind not in "fiub"
         ):
             out[:, j] = category_codes(col, spec.category_maps.get(j), name,
@@ -323,16 +325,51 @@ def checked_columns(spec: ModelSpec) -> frozenset:
 _CHECKED: dict[int, tuple[ModelSpec, frozenset]] = {}
 
 
-def _string_only(spec: ModelSpec) -> dict[int, str]:
-    """Input columns a step reads only as object values (guards of kind "strings":
-    ``steps.Context.refuse_numbers``), each with that step's name."""
+def boundary_columns(spec: ModelSpec, kind: str) -> dict[int, str]:
+    """Input columns named by the boundary guards of ``kind`` (``guards.BOUNDARY_KINDS``:
+    "strings", "objects"), each with the step's name."""
+    entry = _BOUNDARY.get((id(spec), kind))
+    if entry is not None and entry[0] is spec:
+        return entry[1]
     out: dict[int, str] = {}
     for o in spec.graph.outputs:
-        if o.startswith(GUARD + "strings:") and "@" in o:
+        if o.startswith(f"{GUARD}{kind}:") and "@" in o:
             head, cols = o.split("@", 1)
             for c in cols.split(","):
                 out.setdefault(int(c), head.split(":", 3)[3])
+    if len(_BOUNDARY) > 4096:
+        _BOUNDARY.clear()
+    _BOUNDARY[(id(spec), kind)] = (spec, out)
     return out
+
+
+_BOUNDARY: dict[tuple[int, str], tuple[ModelSpec, dict[int, str]]] = {}
+
+
+def _refuse_numbers(spec: ModelSpec) -> None:
+    """A numeric X where a step compares object values with None or a string (guards of kind
+    "strings", ``steps.Context.refuse_numbers``): scikit-learn refuses the pair of types."""
+    strings = boundary_columns(spec, "strings")
+    if strings:
+        j, step = min(strings.items())
+        raise InputError(f"{spec.source}: {step} compares column {j} with a string or None, "
+                         f"and scikit-learn refuses a numeric X there ('X' and "
+                         f"'missing_values' types are expected to be both numerical); pass "
+                         "an object array or a DataFrame")
+
+
+def missing_or_zero(values: Any, where: Any, step: str) -> np.ndarray:
+    """An object column a step reads only for its float NaNs (guards of kind "objects": a
+    MissingIndicator(np.nan) alone, whose mask is ``X != X`` on object input): NaN where the
+    value is a float NaN, 0.0 anywhere else (strings, None, numbers, infinity); pd.NA raises,
+    as ``X != X`` raises TypeError on it in scikit-learn."""
+    vals = np.asarray(values, dtype=object).reshape(-1)
+    try:
+        nan = np.asarray(vals != vals, dtype=bool)
+    except TypeError as exc:  # pd.NA: "boolean value of NA is ambiguous"
+        raise InputError(f"column {where!r} holds pd.NA, which {step} cannot compare "
+                         "(scikit-learn raises TypeError)") from exc
+    return np.where(nan, np.nan, 0.0)
 
 
 def _column_arrays(df: Any) -> list | None:
@@ -375,8 +412,11 @@ def _from_object_array(X: np.ndarray, spec: ModelSpec) -> np.ndarray:
     column indices): category columns holding strings are encoded exactly as DataFrame string
     columns are; the other columns must hold numbers (None becomes NaN)."""
     out = np.empty(X.shape, dtype=np.float64)
-    numeric = [j for j in range(X.shape[1])
-               if j not in spec.category_maps and j not in spec.hash_columns]
+    objects = boundary_columns(spec, "objects")
+    for j, step in objects.items():
+        out[:, j] = missing_or_zero(X[:, j], j, step)
+    numeric = [j for j in range(X.shape[1]) if j not in spec.category_maps and
+               j not in spec.hash_columns and j not in objects]
     for j in numeric:
         try:
             out[:, j] = X[:, j].astype(np.float64)
@@ -393,43 +433,6 @@ def _from_object_array(X: np.ndarray, spec: ModelSpec) -> np.ndarray:
             continue
         out[:, j] = category_codes(col, cats, j, j in spec.category_unknown_error,
                                    na_columns(spec).get(j, ""))
-    return out
-
-
-def vocabulary_columns(spec: ModelSpec) -> list[int]:
-    """The input columns a scikit-learn pipeline reads as strings (steps.Vocab maps)."""
-    return [j for j, cats in spec.category_maps.items() if is_vocabulary(cats)]
-
-
-def _numbers_in_vocabularies(arr: np.ndarray, spec: ModelSpec) -> np.ndarray:
-    """A numeric array where the pipeline reads string columns: the graph reads codes there,
-    so each number becomes what it is to scikit-learn's object comparisons, a value unseen at
-    fit time (NaN, which no code equals), and NaN the NaN category (code 0); infinity is
-    refused, as check_array refuses it in a numeric X (a MissingIndicator read as strings
-    accepts numbers and NaN: runtime answers match scikit-learn's isnan mask)."""
-    cols = [j for j in vocabulary_columns(spec) if j < arr.shape[1]]
-    if not cols:
-        return arr
-    strings = _string_only(spec)
-    if strings:
-        j, step = min(strings.items())
-        raise InputError(f"{spec.source}: {step} compares column {j} with a string or None, "
-                         f"and scikit-learn refuses a numeric X there ('X' and "
-                         f"'missing_values' types are expected to be both numerical); pass "
-                         "an object array or a DataFrame")
-    out = arr.copy()
-    for j in cols:
-        col = arr[:, j]
-        nan = np.isnan(col)
-        if np.isinf(col).any():
-            r = int(np.flatnonzero(np.isinf(col))[0])
-            raise InputError(f"input contains infinity at row {r}, column {j}; "
-                             f"{spec.source} does not accept it")
-        if j in spec.category_unknown_error and not nan.all():
-            r = int(np.flatnonzero(~nan)[0])
-            raise InputError(f"column {j} row {r}: the number {float(col[r])!r} is not among "
-                             f"the string categories {spec.source} was fitted on")
-        out[:, j] = np.where(nan, 0.0, np.nan)
     return out
 
 
