@@ -18,6 +18,7 @@ the row and the column. The backends are untouched: every one answers through th
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -271,7 +272,12 @@ def _clip(n: Any, a: Any, ins: list, m: float) -> Interval:
 def _forest(n: Any, a: Any, ins: list, m: float) -> Interval:
     """A tree ensemble's aggregated output, whatever it reads (every value, NaN and infinity
     too, reaches a leaf): the base score plus, per tree, its smallest and largest leaf."""
-    f = a.forest
+    lo, hi, nan = _forest_range(a.forest)
+    return lo.copy(), hi.copy(), nan.copy()
+
+
+@functools.lru_cache(maxsize=64)  # the same for every M the bisection tries
+def _forest_range(f: Any) -> Interval:
     lo, hi, mag = (np.zeros(f.n_outputs) for _ in range(3))
     leaf = f.feature < 0
     for t in range(f.n_trees):
