@@ -353,3 +353,25 @@ def test_integer_input_dtype_survives_save_and_load(tmp_path):
     cm = peregrine.compile(model, "reference")
     cm.save(tmp_path / "m.peregrine")
     assert peregrine.load(tmp_path / "m.peregrine").spec.int_input_dtype == "float32"
+
+
+def test_model_text_numbers_parse_as_python_does():
+    """The frontend casts the model text's number lists with NumPy: the same doubles and
+    integers as float() / int() on every token, on a model with extreme thresholds."""
+    from peregrine.frontends.lightgbm import _floats, _ints
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(800, 4)) * np.array([1e-30, 1.0, 1e8, 1e30])
+    X[::9, 1] = np.nan
+    y = np.nan_to_num(X[:, 1]) * 3 + (X[:, 2] > 0)
+    model = lgb.LGBMRegressor(n_estimators=15, num_leaves=31, verbose=-1).fit(X, y)
+    _, trees, _ = parse_model_string(model.booster_.model_to_string())
+    for tree in trees:
+        for key in ("threshold", "leaf_value", "split_gain", "internal_value"):
+            if key in tree:
+                want = np.array([float(v) for v in tree[key].split()], dtype=np.float64)
+                assert _floats(tree[key]).tobytes() == want.tobytes(), key
+        for key in ("split_feature", "left_child", "right_child", "decision_type"):
+            if key in tree:
+                want = np.array([int(v) for v in tree[key].split()], dtype=np.int64)
+                np.testing.assert_array_equal(_ints(tree[key]), want)

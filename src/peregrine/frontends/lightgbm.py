@@ -90,12 +90,13 @@ def parse_model_string(text: str) -> tuple[dict[str, str], list[dict[str, str]],
 
 
 def _floats(s: str) -> np.ndarray:
-    # float() parses LightGBM's 17-digit output exactly, and "inf"/"-inf"
-    return np.array([float(v) for v in s.split()], dtype=np.float64)
+    # NumPy's string cast parses LightGBM's 17-digit output as float() does (correctly
+    # rounded; "inf"/"-inf"), a third faster than a list of float()s
+    return np.array(s.split(), dtype=np.float64)
 
 
 def _ints(s: str) -> np.ndarray:
-    return np.array([int(v) for v in s.split()], dtype=np.int64)
+    return np.array(s.split(), dtype=np.int64)
 
 
 def _fold_zero_band(t: np.ndarray) -> np.ndarray:
