@@ -198,3 +198,30 @@ def test_xgboost_binary_sigmoid_in_float32(tmp_path):
     assert not [nd for nd in model.graph.node
                 if nd.op_type == "Cast" and producer.get(nd.input[0]) == "TreeEnsemble"]
     assert producer[report.methods["predict_proba"]] == "Concat"
+
+
+@pytest.mark.parametrize("depth", [8, None])  # None: pure leaves, many exact ties
+def test_binary_forest_probabilities_as_one_class(tmp_path, depth):
+    """A two-class random forest exported for predict_proba alone: one double TreeEnsemble
+    over class 1 (averaged in the op) and class 0 as 1 - p; class 1 within a few ulps of
+    scikit-learn's, class 0 within (2n + 5) eps absolute; with predict too, the vector form
+    and its exact labels."""
+    X, y = make_classification(800, 8, n_informative=5, n_redundant=0, random_state=0)
+    X[::13, 2] = np.nan
+    m = RandomForestClassifier(40, max_depth=depth, random_state=0).fit(X, y)
+    model, sess, report, forest = _export(m, tmp_path, ["predict_proba"])
+    rows = _rows(X, forest, np.random.default_rng(4))
+    (proba,) = sess.run(None, {"X": rows})
+    want = m.predict_proba(rows)
+    (tree,) = _tree_ops(model)
+    attrs = {a.name: helper.get_attribute_value(a) for a in tree.attribute}
+    assert tree.op_type == "TreeEnsemble" and attrs["n_targets"] == 1
+    np.testing.assert_allclose(proba[:, 1], want[:, 1], rtol=1e-13, atol=0)
+    np.testing.assert_allclose(proba[:, 0], want[:, 0], rtol=0,
+                               atol=(2 * 40 + 5) * np.finfo(float).eps)
+    model, sess, report, _ = _export(m, tmp_path, ["predict", "predict_proba"])
+    assert [t.op_type for t in _tree_ops(model)] == ["TreeEnsembleRegressor"]
+    label, proba = sess.run([report.methods["predict"], report.methods["predict_proba"]],
+                            {"X": rows})
+    np.testing.assert_array_equal(label, m.predict(rows))
+    np.testing.assert_allclose(proba, want, rtol=6e-8, atol=0)

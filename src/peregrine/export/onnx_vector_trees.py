@@ -28,7 +28,7 @@ from peregrine.export.onnx_graph import Emitter
 from peregrine.ir.forest import Forest
 from peregrine.ir.ops import Op
 
-COPIES, VECTOR, PER_TREE_SUM = "copies", "vector", "per-tree-sum"
+COPIES, VECTOR, PER_TREE_SUM, BINARY = "copies", "vector", "per-tree-sum", "binary"
 # the repair sends leaf ids through the op's float32 output: exact integers below 2**24
 MAX_LEAVES = 1 << 24
 # consumers of a VECTOR forest's values (besides being a method's output): ARGMAX is repaired,
@@ -43,14 +43,31 @@ def vector_eligible(forest: Forest) -> bool:
             and int((forest.feature < 0).sum()) < MAX_LEAVES)
 
 
+def binary_eligible(forest: Forest) -> bool:
+    """A two-class average whose every leaf's probabilities add up to 1 (a random forest or
+    extra-trees classifier): class 0's average is then 1 minus class 1's, up to the rounding
+    of the sums (BINARY, ``onnx_trees.lower_binary``)."""
+    if not (forest.value_width == 2 and forest.n_outputs == 2 and divides_by_trees(forest)
+            and np.dtype(forest.sum_dtype) == np.float64 and not forest.has_categorical
+            and not np.any(forest.base_score != 0)):
+        return False
+    leaves = forest.value[forest.feature < 0]
+    return bool(np.all(np.abs(leaves[:, 0] + leaves[:, 1] - 1.0) <= 4 * np.finfo(float).eps))
+
+
 def plan_forests(steps: list[Any]) -> tuple[dict[str, str], int]:
     """How each TREE_ENSEMBLE of the exported ``steps`` is written, and the ai.onnx.ml opset:
-    VECTOR (opset 3) where every forest qualifies, else opset 5 for all."""
+    BINARY (opset 5) where every forest is a two-class average whose value is only a method
+    result (``predict_proba`` alone), VECTOR (opset 3) where every forest qualifies for it,
+    else opset 5 for all."""
     forests = [n for n in steps if n.op is Op.TREE_ENSEMBLE]
     consumers: dict[str, list[Any]] = {}
     for n in steps:
         for i in n.inputs:
             consumers.setdefault(i, []).append(n)
+    if forests and all(binary_eligible(n.attrs.forest) and not consumers.get(n.name)
+                       for n in forests):
+        return {n.name: BINARY for n in forests}, 5
 
     def safe(n: Any) -> bool:
         return all(c.op in SAFE_CONSUMERS
