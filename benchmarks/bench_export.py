@@ -23,6 +23,11 @@ the export is faster). Also reports each side's largest difference from the libr
 
 ``linear``: a 3-class LogisticRegression, RidgeClassifier, LinearRegression and Ridge (with
 ``--precision float32``: the float32 level's linear forms, docs/export.md).
+``rf-forms``: bench_trees' two-class RandomForest(100, depth 8) exported in the forms the
+export chooses between (one class + ``1 - p`` for predict_proba alone, the two-target vector
+form where predict is exported too), each also with ONNX Runtime's missing-value tracks
+instead of the negated columns, against skl2onnx's file (docs/export.md, "RandomForest at
+100K rows").
 ``lr-forms``: the candidate double forms of a binary LogisticRegression's probabilities
 (docs/export.md, "LogisticRegression at one row") against skl2onnx's file; with
 ``--precision float32`` the float32 level's candidates (its former exp form, Gemm + Sigmoid,
@@ -34,6 +39,7 @@ This is a script, not a test; figures go to docs/export.md with the CPU from lsc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import subprocess
@@ -105,14 +111,15 @@ def export_session(model, method: str, input_dtype, threads: int, sample,
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
+    methods = [method] if isinstance(method, str) else list(method)  # the last one is timed
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "m.onnx")
         t = time.perf_counter()
-        report = export_onnx(compiled, path, methods=[method], sample=sample,
+        report = export_onnx(compiled, path, methods=methods, sample=sample,
                              input_dtype=input_dtype, precision=precision)
         took = time.perf_counter() - t
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    out = report.methods[method]
+    out = report.methods[methods[-1]]
     dtype = np.dtype(report.inputs["X"][0])
     return (lambda A: sess.run([out], {"X": A})[0]), dtype, took
 
@@ -371,6 +378,41 @@ def bench_lr_forms(args) -> None:
               f"**{po / ot:.2f}x** | {diff:.1g} |", flush=True)
 
 
+def bench_rf_forms(args) -> None:
+    """bench_trees' RandomForest in the export's forms, interleaved with skl2onnx's file."""
+    from unittest import mock
+
+    from peregrine.bench.builtin_peers import OnnxRuntimePeer
+    from peregrine.export import onnx_trees
+
+    X, y = make_data(args.train_rows)
+    Xb, _ = make_data(args.rows, seed=1)
+    model = train("rf", X, y, args.threads)
+    systems = {"skl2onnx": OnnxRuntimePeer().prepare(model, Xb.shape[1], threads=args.threads)}
+    inputs = {"skl2onnx": Xb}
+    keep_tracks = mock.patch.object(onnx_trees, "_without_missing_tracks",
+                                    lambda e, forest, t, x: (forest, t, x))
+    for name, methods, tracks in [
+            ("one class + [1 - p, p] (predict_proba alone)", ["predict_proba"], False),
+            ("the same, missing-value tracks", ["predict_proba"], True),
+            ("two-target vector form (predict too)", ["predict", "predict_proba"], False),
+            ("the same, missing-value tracks", ["predict", "predict_proba"], True)]:
+        with keep_tracks if tracks else contextlib.nullcontext():
+            fn, dtype, _ = export_session(model, methods, None, args.threads, Xb[:2000])
+        key = f"{name} [{','.join(methods)}]"
+        systems[key], inputs[key] = fn, Xb.astype(dtype)
+    res = compare(systems, inputs, args.repeat, args.one_row_calls)
+    want = model.predict_proba(Xb)
+    print("\n### RandomForest(100, depth 8) `predict_proba` forms against skl2onnx\n\n"
+          "| form | 100K rows (ms) | ratio | 1 row (us) | ratio | max diff |\n"
+          "|---|---|---|---|---|---|")
+    pb, po = res["skl2onnx"]
+    for name, fn in systems.items():
+        bt, ot = res[name]
+        print(f"| {name} | {bt * 1e3:.1f} | **{pb / bt:.2f}x** | {ot * 1e6:.2f} | "
+              f"**{po / ot:.2f}x** | {max_diff(fn(inputs[name]), want):.1g} |", flush=True)
+
+
 def bench_linear(args) -> None:
     """The linear models the operator table lacks (a 3-class LogisticRegression,
     RidgeClassifier, LinearRegression, Ridge), against their skl2onnx files, on the
@@ -438,7 +480,7 @@ def main(argv=None) -> None:
           f"export input {args.input_dtype or 'default'}, precision {args.precision}; {args.clock} clock; batch {args.rows} rows; best of {args.repeat}; "
           f"load average at start {load:.1f}")
     for section in args.sections.split(","):
-        {"trees": bench_trees, "pipelines": bench_pipelines,
+        {"trees": bench_trees, "pipelines": bench_pipelines, "rf-forms": bench_rf_forms,
          "lr-forms": bench_lr_forms, "linear": bench_linear}[section](args)
     print(f"\nload average at end {os.getloadavg()[0]:.1f}")
 
