@@ -158,3 +158,32 @@ def test_compiling_an_xgboost_model_loads_no_onnx_frontend(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, timeout=300)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("backend", ["native", "torch"])
+def test_a_pipelines_fused_kernels_compile_together(backend, fresh_cache, monkeypatch):
+    """Every method's fused row kernels (float32 and float64) in one batch of processes."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from peregrine.backends import available_backends
+
+    if backend not in available_backends():
+        pytest.skip(f"{backend} backend not installed")
+    X, y = _data(5)
+    X = np.nan_to_num(X)
+    model = make_pipeline(StandardScaler(), LogisticRegression()).fit(X, y)
+    calls = []
+    real = jit._compile_forked
+    monkeypatch.setattr(jit, "_compile_forked",
+                        lambda *a: calls.append(len(a[0])) or real(*a))
+    monkeypatch.setenv("PEREGRINE_COMPILE_JOBS", "2")
+    compiled = peregrine.compile(model, backend)
+    assert len(calls) == 1 and calls[0] >= 4, calls  # methods x input dtypes, at once
+    rows = _rows()
+    rows[~np.isfinite(rows)] = 0.5
+    for method in ("predict", "predict_proba", "decision_function"):
+        for r in (rows, rows.astype(np.float32), rows[:1]):
+            np.testing.assert_allclose(getattr(compiled, method)(r), getattr(model, method)(r),
+                                       rtol=1e-5, atol=1e-6)

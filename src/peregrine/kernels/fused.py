@@ -71,9 +71,11 @@ class RowKernel:
 
     def prepare(self, dtypes: tuple[str, ...] = DTYPES) -> None:
         """Compile now (errors surface at compile time; no first-call latency), the dtypes'
-        kernels at once."""
-        jit.load_all([self._plan(d).spec for d in dtypes if self.supports(d)],
-                     jobs=jit.compile_jobs())
+        kernels at once; inside ``jit.together``, at the end of the compile with the others."""
+        specs = [self._plan(d).spec for d in dtypes if self.supports(d)]
+        if jit.defer(specs, lambda: self.prepare(dtypes)):
+            return
+        jit.load_all(specs, jobs=jit.compile_jobs())
         for dtype in dtypes:
             if self.supports(dtype):
                 self._fn(dtype)

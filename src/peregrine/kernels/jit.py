@@ -15,6 +15,7 @@ assembly there.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import gc
 import hashlib
 import os
@@ -249,6 +250,42 @@ def compile_jobs(threads: int | None = None) -> int:
     run on; None: the CPUs this process may use), unless ``PEREGRINE_COMPILE_JOBS`` says
     otherwise."""
     return config.compile_jobs() or max(1, usable_cpus() if threads is None else threads)
+
+
+_BATCH: contextvars.ContextVar[list | None] = contextvars.ContextVar("peregrine_jit_batch",
+                                                                      default=None)
+
+
+@contextlib.contextmanager
+def together(jobs: int):
+    """Kernels asked for through :func:`defer` inside the block are compiled at its end, all
+    at once (:func:`load_all`), and then each asker's ``then`` runs (and loads its kernels).
+    A compile wraps its forests' and fused regions' preparation in one block, so a pipeline's
+    kernels (several methods, two input dtypes, batch and few-rows forms) share the
+    processes. Nothing is compiled if the block raises."""
+    batch: list = []
+    token = _BATCH.set(batch)
+    try:
+        yield
+    finally:
+        _BATCH.reset(token)
+    by_target: dict[Target, list[KernelSource]] = {}
+    for target, specs, _ in batch:
+        by_target.setdefault(target, []).extend(specs)
+    for target, specs in by_target.items():
+        load_all(specs, target, jobs=jobs)
+    for _, _, then in batch:
+        then()
+
+
+def defer(specs: list[KernelSource], then: Any, target: Target | None = None) -> bool:
+    """Inside :func:`together`: note ``specs`` (for ``target``, default the host) and run
+    ``then()`` once they are compiled; returns False outside one (the caller compiles now)."""
+    batch = _BATCH.get()
+    if batch is None:
+        return False
+    batch.append((target or Target.host(), list(specs), then))
+    return True
 
 
 def load_all(specs: list[KernelSource], target: Target | None = None, jobs: int = 1) -> int:

@@ -103,12 +103,16 @@ def compile_spec(spec: ModelSpec, options: CompileOptions, target=None, *,
             forest, choice.schedule, precision=options.precision, target=target,
             n_threads=threads, small=choice.few_rows, small_rows=choice.few_rows_max)
         reasons[node.name] = choice.why
-    # every kernel now (or from the disk cache), not on the first call; several at once
-    jit.load_all([k for p in programs.values() for k in p.kernel_specs()], target,
-                 jobs=jit.compile_jobs(threads))
-    for prog in programs.values():
-        prog.prepare()
-    return NativeExecutable(spec, options, programs, reasons, target)
+    # every kernel now (or from the disk cache), not on the first call, several at once: the
+    # forests' first (planning the methods calls them: their one-row buffers), then the fused
+    # regions' that NativeExecutable makes while it plans each method
+    jobs = jit.compile_jobs(threads)
+    with jit.together(jobs):
+        for prog in programs.values():
+            prog.prepare()
+    with jit.together(jobs):
+        executable = NativeExecutable(spec, options, programs, reasons, target)
+    return executable
 
 
 def _saved_choices(saved: dict[str, Any] | None, target) -> dict[str, Any]:

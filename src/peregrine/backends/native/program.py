@@ -194,7 +194,10 @@ class ForestProgram:
         return [self._spec(self.cmp_dtype(rows.dtype), small)[1]]
 
     def prepare(self) -> None:
-        """Compile every kernel now rather than on the first call."""
+        """Compile every kernel now rather than on the first call (inside ``jit.together``:
+        at the end of the compile, with the others)."""
+        if jit.defer(self.kernel_specs(), self.prepare, self.target):
+            return
         for cmp, small in self._wanted():
             self.variant(cmp, small)
 

@@ -223,8 +223,9 @@ class TorchExecutable(Executable):
         # Build (and script) what the runtime will ask for up front, so errors surface at compile
         # time; other output sets are built on first use.
         methods = sorted({m.output for m in spec.methods.values()}) or sorted(graph.outputs)
-        for name in methods:
-            self._program((name,))
+        with _compiling_together(options):  # the methods' fused kernels at once
+            for name in methods:
+                self._program((name,))
 
     # ------------------------------------------------------------------------- programs --
     def _finalize(self, program: GraphProgram, outputs: tuple[str, ...]) -> nn.Module:
@@ -375,3 +376,13 @@ class TorchBackend(Backend):
     @classmethod
     def compile(cls, spec: ModelSpec, options: CompileOptions, device: str) -> Executable:
         return cls.executable(spec, options, device)
+
+
+def _compiling_together(options: CompileOptions) -> Any:
+    """``jit.together`` (the fused row kernels made while building the methods' programs are
+    compiled at once, in several processes), or nothing without llvmlite."""
+    try:
+        from peregrine.kernels import jit  # needs llvmlite
+    except ImportError:
+        return contextlib.nullcontext()
+    return jit.together(jit.compile_jobs(options.n_threads or None))
