@@ -181,17 +181,24 @@ def _exact_sums(e: Emitter, forest: Forest, x: str, rows: str, thresholds: np.nd
 def repaired_argmax(e: Emitter, x: str, exact_rows: Any) -> str:
     """ArgMax over rounded values, recomputed exactly on the rows where the top value is
     shared (only there can rounding have changed the first maximum); an If skips the repair
-    when no row ties, so untied batches pay the check only."""
-    am = e.op("ArgMax", [x], axis=1, keepdims=1)
-    axes = e.const(np.asarray([1], np.int64))
-    top = e.op("ReduceMax", [x, axes], keepdims=1)
-    count = e.op("ReduceSum", [e.op("Cast", [e.op("Equal", [x, top])], to=TensorProto.DOUBLE),
-                               axes], keepdims=1)
-    one = e.const(np.asarray(1.0))
-    tied = e.op("Greater", [count, one])
-    any_tied = e.op("Greater", [e.op("ReduceMax", [count], keepdims=0), one])
+    when no row ties, so untied batches pay the check only. TopK's two largest per row give
+    both: its first index is the first maximum (equal values come out lower index first, as
+    np.argmax picks), and the gap v0 - v1, one subtraction (a MatMul against [1, -1]: exact
+    products, one rounding), is 0 exactly where the two are equal (a difference of distinct
+    doubles never rounds to 0). Six nodes before the If where ArgMax and a count of the
+    maxima took nine (about half a microsecond each at one row)."""
+    from onnx import helper
+
+    vals, idx = e.fresh("topk_values"), e.fresh("topk_indices")
+    e.nodes.append(helper.make_node("TopK", [x, e.const(np.asarray([2], np.int64))],
+                                    [vals, idx], name=vals, axis=1, largest=1, sorted=1))
+    am = e.columns(idx, 0, 1)
+    gap = e.op("MatMul", [vals, e.const(np.asarray([[1.0], [-1.0]]))])
+    zero = e.const(np.asarray(0.0))
+    any_tied = e.op("Equal", [e.op("ReduceMin", [gap], keepdims=0), zero])
 
     def repair() -> str:
+        tied = e.op("Equal", [gap, zero])
         flat = e.op("Reshape", [tied, e.const(np.asarray([-1], np.int64))])
         rows = e.op("Reshape", [e.op("NonZero", [flat]), e.const(np.asarray([-1], np.int64))])
         fixed = e.op("ArgMax", [exact_rows(e, rows)], axis=1, keepdims=1)
