@@ -375,3 +375,28 @@ def test_model_text_numbers_parse_as_python_does():
             if key in tree:
                 want = np.array([int(v) for v in tree[key].split()], dtype=np.int64)
                 np.testing.assert_array_equal(_ints(tree[key]), want)
+
+
+def test_model_text_is_the_wrappers_text():
+    """frontends.lightgbm.model_text (one C call) returns model_to_string()'s text, up to the
+    pandas categories the wrapper appends (read from the booster instead): a model over the
+    wrapper's first 1 MiB buffer, an early-stopped one (best_iteration), a categorical frame."""
+    from peregrine.frontends.lightgbm import model_text
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(3000, 6))
+    y = X[:, 0] + np.sin(X[:, 1])
+    big = lgb.LGBMRegressor(n_estimators=120, num_leaves=127, verbose=-1).fit(X, y)
+    stopped = lgb.LGBMRegressor(n_estimators=200, verbose=-1).fit(
+        X[:2000], y[:2000], eval_set=[(X[2000:], y[2000:])],
+        callbacks=[lgb.early_stopping(3, verbose=False)])
+    assert 0 < stopped.booster_.best_iteration < 200
+    frame = pd.DataFrame({"c": pd.Categorical(rng.choice(["u", "v", "w"], 3000)),
+                          "x": X[:, 0]})
+    cat = lgb.LGBMRegressor(n_estimators=10, verbose=-1).fit(frame, y)
+    for model in (big, stopped, cat):
+        want = model.booster_.model_to_string()
+        got = model_text(model.booster_)
+        assert want.startswith(got) and "pandas_categorical" not in got
+        assert want[len(got):].strip().startswith("pandas_categorical")
+    assert len(big.booster_.model_to_string()) > 1 << 20
