@@ -61,6 +61,12 @@ def model_spec(model: Any, build_head, n_features: int | None = None) -> ModelSp
     for (node, _), key in ctx.guarded.items():
         outputs[key] = node.split("@")[0]
     graph = g.build(outputs)
+    # infinity: refused at the boundary when a step reads an input column as it is and
+    # refuses it (Context.reject_inf), or when a guard refuses infinity computed later (an
+    # infinite input may reach it: exp -> PowerTransformer; refused up front, so the input
+    # contract stays "accepted means answered", over-strict only where a step maps infinity
+    # back to a finite value, tanh before a linear model)
+    refused = any(kind.startswith(("inf", "float32")) for _, kind in ctx.guarded)
     sparse_absent = ctx.sparse_absent
     if sparse_absent == "nan" and sum(x in n.inputs for n in graph.nodes) != ctx.sparse_readers:
         sparse_absent = "refuse"  # other steps read the raw input too, with the rule of 0
@@ -71,7 +77,7 @@ def model_spec(model: Any, build_head, n_features: int | None = None) -> ModelSp
         source=qualified_name(model),
         feature_names=sklearn_feature_names(model),
         allow_nan=ctx.allow_nan,  # steps clear it when a NaN-rejecting step may see NaN
-        allow_inf=ctx.allow_inf,  # cleared by the first step whose check_array reads it
+        allow_inf=ctx.allow_inf and not refused,
         category_maps={j: tuple(v.values) for j, v in sorted(ctx.vocabs.items())},
         category_unknown_error=frozenset(ctx.unknown_error),
         input_checks=tuple(w for _, ws in ctx.checks for w in ws),
