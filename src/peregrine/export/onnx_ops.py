@@ -290,7 +290,7 @@ def lower_clip(e: Emitter, n: Any, ins: list[str]) -> str:
 @lowering(Op.NORMALIZE)
 def lower_normalize(e: Emitter, n: Any, ins: list[str]) -> str:
     a, x = n.attrs, ins[0]
-    if a.norm == "l1" and a.zero != "uniform":
+    if a.norm == "l1" and a.zero != "uniform" and not a.tiny:
         # one node: x / sum |x| per row, a zero row (the only zero l1 norm: no sum of
         # absolute values underflows to 0) set to zero where the rule divides it by 1 (the
         # same values; -0.0 becomes 0.0); NaN and inf as the rule's division. (For l2 a zero
@@ -306,7 +306,8 @@ def lower_normalize(e: Emitter, n: Any, ins: list[str]) -> str:
         norm = e.op("ReduceL2", [x, axes], keepdims=1)
     else:
         norm = e.op("ReduceMax", [e.op("Abs", [x]), axes], keepdims=1)
-    zero = e.op("Equal", [norm, e.const(np.asarray(0.0))])
+    zero = (e.op("Less", [norm, e.const(np.asarray(a.zero_below(np.float64)))]) if a.tiny
+            else e.op("Equal", [norm, e.const(np.asarray(0.0))]))  # tiny: scikit-learn's 10 eps
     out = e.op("Div", [x, e.op("Where", [zero, e.const(np.asarray(1.0)), norm])])
     if a.zero == "uniform":
         out = e.op("Where", [zero, e.const(np.asarray(1.0 / int(n.width))), out])

@@ -135,7 +135,7 @@ def step_normalizer(est: Any, ctx: Context, flow: Flow) -> Flow:
         raise unsupported(est, f"norm={est.norm!r}", "l1, l2, max")
     # normalize(X) on a float32 X: float32 norms (NumPy's summation order), X /= norms
     return _numeric(est, ctx, flow, Op.NORMALIZE, nan_ok=False, norm=est.norm,
-                    float32=_f32(flow, True))
+                    float32=_f32(flow, True), tiny=True)
 
 
 @register_step(Binarizer)

@@ -186,7 +186,8 @@ def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:
     if op is Op.BINARIZE and w == win:
         return {"op": "binarize", "t": a.threshold_for(r32)}
     if op is Op.NORMALIZE and w == win and a.norm in ("l1", "l2", "max"):
-        step = {"op": "normalize", "norm": a.norm, "uniform": a.zero == "uniform", "r32": r32}
+        step = {"op": "normalize", "norm": a.norm, "uniform": a.zero == "uniform", "r32": r32,
+                "below": a.zero_below(np.float32 if r32 else np.float64) if a.tiny else 0.0}
         if a.norm != "max":  # NumPy's summation order in the rule's dtype (row_sums)
             step["sum"] = row_sum_program("pairwise" if a.norm == "l1" else "einsum", w,
                                           np.float32 if r32 else np.float64)

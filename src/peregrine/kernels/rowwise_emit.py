@@ -322,7 +322,11 @@ class Emitter:
                 n = b.fpext(b.fptrunc(n, F32), F64)
         else:
             n = self.reduce_max(self.unary("fabs", x))
-        zero = b.fcmp_ordered("==", n, ir.Constant(F64, 0.0))
+        # Normalize.tiny: below 10 eps of the norms' dtype (exact as a double; n holds the
+        # float32 norm exactly in float32 mode)
+        below = s.get("below", 0.0)
+        zero = (b.fcmp_ordered("<", n, ir.Constant(F64, below)) if below
+                else b.fcmp_ordered("==", n, ir.Constant(F64, 0.0)))
         # a float64 quotient of float32 numbers rounded once is the float32 quotient
         out = self.r32(s, b.fdiv(x, self.splat(b.select(zero, ir.Constant(F64, 1.0), n), w)))
         if s["uniform"]:

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from peregrine.backends.torch.ops import Lowered, f64, lowering
 from peregrine.ir import Node, Op
+from peregrine.ir.semantics.pipeline import Normalize as NormalizeAttrs
 from peregrine.ir.semantics.row_sums import row_sum_program
 from peregrine.options import CompileOptions
 
@@ -96,11 +97,15 @@ class Normalize(nn.Module):
     """Norms summed in NumPy's order (ir/semantics/row_sums.py: one column op per step of the
     program), in float32 on a float32 input with ``float32``, else in float64."""
 
-    def __init__(self, norm: str, uniform: bool, width: int, float32: bool = False) -> None:
+    def __init__(self, norm: str, uniform: bool, width: int, float32: bool = False,
+                 tiny: bool = False) -> None:
         super().__init__()
         self.norm = norm
         self.uniform = uniform
         self.float32 = float32
+        self.tiny = tiny  # (ir/semantics/pipeline.Normalize)
+        self.below32 = NormalizeAttrs.zero_below(np.float32)
+        self.below64 = NormalizeAttrs.zero_below(np.float64)
         kind = "pairwise" if norm == "l1" else "einsum"
         self.sum64 = row_sum_program(kind, width, np.float64)
         self.sum32 = row_sum_program(kind, width, np.float32)
@@ -115,7 +120,10 @@ class Normalize(nn.Module):
             n = _sqrt_rn(_row_sum(program, x * x).to(torch.float64)).to(x.dtype)
         else:
             n = x.abs().max(dim=1)[0]
-        zero = n == 0.0
+        if self.tiny:
+            zero = n < (self.below32 if n.dtype == torch.float32 else self.below64)
+        else:
+            zero = n == 0.0
         out = x / torch.where(zero, torch.ones_like(n), n).unsqueeze(1)
         if self.uniform:
             out = torch.where(zero.unsqueeze(1), torch.full_like(out, 1.0 / x.shape[1]), out)
@@ -424,7 +432,8 @@ def lower_clip(node: Node, options: CompileOptions) -> Lowered:
 @lowering(Op.NORMALIZE)
 def lower_normalize(node: Node, options: CompileOptions) -> Lowered:
     a = node.attrs
-    return Lowered(Normalize(a.norm, a.zero == "uniform", int(node.width), bool(a.float32)))
+    return Lowered(Normalize(a.norm, a.zero == "uniform", int(node.width), bool(a.float32),
+                             bool(a.tiny)))
 
 
 @lowering(Op.BINARIZE)

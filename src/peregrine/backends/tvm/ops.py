@@ -278,7 +278,8 @@ def lower_normalize(ctx: Context, node: Node, ins: list) -> relax.Expr:
         norm = stack.pop()
         if a.norm == "l2":
             norm = R.sqrt(norm)
-    zero = R.equal(norm, const(0.0, dt))
+    zero = (R.less(norm, const(a.zero_below(dt), dt)) if a.tiny  # scikit-learn's 10 eps
+            else R.equal(norm, const(0.0, dt)))
     out = R.divide(x, R.where(zero, const(1.0, dt), norm))
     if a.zero == "uniform":
         out = R.where(zero, const(1.0 / width, dt), out)

@@ -168,15 +168,18 @@ class Clip(Attrs):
 
 @define(Op.NORMALIZE)
 class Normalize(Attrs):
-    """Rows divided by their ``norm`` ("l1", "l2", "max"); a zero norm divides by 1
-    (sklearn's _handle_zeros_in_scale), or with ``zero="uniform"`` an all-zero row becomes
-    1/width in every column (_predict_proba_lr). Norms are summed in NumPy's order
-    (``row_sums``). ``float32``: on a float32 input the norm is summed in float32 and the
-    quotient rounds to float32, as ``normalize`` computes on a float32 array."""
+    """Rows divided by their ``norm`` ("l1", "l2", "max"); a zero norm divides by 1, or with
+    ``zero="uniform"`` an all-zero row becomes 1/width in every column (_predict_proba_lr).
+    ``tiny``: a norm below 10 epsilons of its dtype counts as zero, as scikit-learn's
+    ``normalize`` decides on a dense X (_handle_zeros_in_scale: such a row is returned as it
+    is; 1.2e-6 in float32). Norms are summed in NumPy's order (``row_sums``). ``float32``: on
+    a float32 input the norm is summed in float32 and the quotient rounds to float32, as
+    ``normalize`` computes on a float32 array."""
 
     norm: str
     zero: str = "one"
     float32: bool = False
+    tiny: bool = False
 
     def check(self, n: Any, ins: list) -> None:
         super().check(n, ins)
@@ -190,11 +193,18 @@ class Normalize(Attrs):
         r32 = float32_mode(ins[0], self.float32)
         x = np.asarray(ins[0], F32) if r32 else f64(ins[0])
         n = self.norms(x)
-        zero = n == 0.0
+        zero = n < self.zero_below(x.dtype) if self.tiny else n == 0.0
         out = x / np.where(zero, x.dtype.type(1.0), n)[:, None]  # float32 X: float32 quotient
         if self.zero == "uniform":
             out[zero] = 1.0 / x.shape[1]
         return out
+
+    @staticmethod
+    def zero_below(dtype: Any) -> float:
+        """With ``tiny``: norms below this count as zero (10 * eps in the norms' dtype, a
+        number exact in float32 and float64 both)."""
+        dtype = np.dtype(dtype)
+        return float(dtype.type(10) * np.finfo(dtype).eps)
 
     def norms(self, x: np.ndarray) -> np.ndarray:
         """Row norms in x's dtype, summed in NumPy's order on a C-ordered X (``row_sums``)."""
