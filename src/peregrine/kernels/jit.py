@@ -302,18 +302,20 @@ def load_all(specs: list[KernelSource], target: Target | None = None, jobs: int 
         if key not in _loaded and key not in _built and key not in todo \
                 and not (cache_dir() / f"{key}.o").is_file():
             todo[key] = spec
-    jobs = min(jobs, len(todo), 255)
+    jobs = min(jobs, len(todo))
     if jobs < 2 or not sys.platform.startswith("linux"):
         return 0  # kernel_address compiles them one by one, as it always did
     keys = list(todo)
-    with tempfile.TemporaryDirectory(prefix="peregrine-build-") as tmp:
-        objects = _compile_forked([todo[k] for k in keys], target, jobs, Path(tmp))
-    for i, key in enumerate(keys):
-        obj = objects.get(i)
-        if obj is None:  # its child failed: compile it here
-            obj = compile_object(todo[key], target)
-        write_atomic(cache_dir() / f"{key}.o", obj)
-        _built[key] = obj
+    for start in range(0, len(keys), 256):  # the pipe hands out one byte per kernel
+        chunk = keys[start:start + 256]
+        with tempfile.TemporaryDirectory(prefix="peregrine-build-") as tmp:
+            objects = _compile_forked([todo[k] for k in chunk], target, jobs, Path(tmp))
+        for i, key in enumerate(chunk):
+            obj = objects.get(i)
+            if obj is None:  # its child failed: compile it here
+                obj = compile_object(todo[key], target)
+            write_atomic(cache_dir() / f"{key}.o", obj)
+            _built[key] = obj
     return len(keys)
 
 
