@@ -160,6 +160,61 @@ def test_compiling_an_xgboost_model_loads_no_onnx_frontend(tmp_path):
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
 
 
+def test_a_lightgbm_model_loads_no_sklearn_frontend(tmp_path):
+    """LightGBM imports scikit-learn; its model still needs only the LightGBM frontend (the
+    scikit-learn ones import sklearn.cluster, .manifold, .ensemble: 0.6-1.3 s of a cold
+    compile). A pipeline around a LightGBM model then loads them, and answers as before. The
+    native backend's LLVM, loaded in a thread meanwhile (``NativeBackend.prefetch``), is
+    there when the build starts."""
+    code = (
+        "import sys, numpy as np, lightgbm, peregrine\n"
+        "X = np.random.default_rng(0).normal(size=(300, 4))\n"
+        "y = (X[:, 0] > 0).astype(int)\n"
+        "m = lightgbm.LGBMClassifier(n_estimators=5, verbose=-1).fit(X, y)\n"
+        "c = peregrine.compile(m, 'native')\n"
+        "loaded = [k for k in sys.modules if k.startswith('peregrine.frontends.sklearn')]\n"
+        "assert not loaded, loaded\n"
+        "np.testing.assert_array_equal(c.predict(X), m.predict(X))\n"
+        "np.testing.assert_allclose(c.predict_proba(X), m.predict_proba(X), rtol=1e-5,\n"
+        "                           atol=1e-6)\n"
+        "from sklearn.pipeline import make_pipeline\n"
+        "from sklearn.preprocessing import StandardScaler\n"
+        "p = make_pipeline(StandardScaler(), lightgbm.LGBMClassifier(n_estimators=5,\n"
+        "                  verbose=-1)).fit(X, y)\n"
+        "np.testing.assert_allclose(peregrine.compile(p, 'native').predict_proba(X),\n"
+        "                           p.predict_proba(X), rtol=1e-5, atol=1e-6)\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, PEREGRINE_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+def test_splat_constants_parse_to_the_list_form():
+    """``irutil.splat`` writes ``splat (T v)``; LLVM reads it as the same constant as the
+    list form (-0.0 kept apart from 0.0, NaN and infinities as written)."""
+    import llvmlite.binding as llvm
+    from llvmlite import ir
+
+    from peregrine.kernels.irutil import F32, F64, I32, splat
+
+    assert splat(F64, 8, -0.0) is not splat(F64, 8, 0.0)
+    assert splat(F64, 8, 0.5) is splat(F64, 8, 0.5)
+    for elem, value in ((F32, -0.0), (F64, float("nan")), (F64, float("-inf")), (I32, 7),
+                        (F32, 1.1)):
+        texts = []
+        for c in (splat(elem, 8, value), ir.Constant(ir.VectorType(elem, 8), [value] * 8)):
+            m = ir.Module()
+            fn = ir.Function(m, ir.FunctionType(c.type, []), name="f")
+            ir.IRBuilder(fn.append_basic_block()).ret(c)
+            parsed = llvm.parse_assembly(str(m))
+            parsed.verify()
+            texts.append(str(parsed).split("define", 1)[1])
+        assert texts[0] == texts[1], texts
+    assert str(splat(I32, 4, 3)) == "<4 x i32> splat (i32 3)"
+
+
 @pytest.mark.parametrize("backend", ["native", "torch"])
 def test_a_pipelines_fused_kernels_compile_together(backend, fresh_cache, monkeypatch):
     """Every method's fused row kernels (float32 and float64) in one batch of processes."""

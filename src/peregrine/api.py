@@ -59,14 +59,15 @@ def compile(  # noqa: A001 - the public name users expect
             "CompileOptions(validate=True) needs sample_input: representative rows to run "
             "through both the source model and the compiled program"
         )
+    if backend == "auto":
+        backend = resolve_auto()
+    get_backend(backend).prefetch()
     if is_model_source(model):
         model = load_model(model).model
     spec = convert(model)
     report: list[dict[str, Any]] = []
     exact_graph = spec.graph
     spec = dataclasses.replace(spec, graph=run_passes(spec.graph, options, report))
-    if backend == "auto":
-        backend = resolve_auto()
     rows = None
     if sample_input is not None:
         from peregrine.runtime.inputs import prepare_input

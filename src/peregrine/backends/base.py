@@ -59,6 +59,12 @@ class Backend(ABC):
         return frozenset()
 
     @classmethod
+    def prefetch(cls) -> None:
+        """Start loading what :meth:`build` will need (a code generator's library) while the
+        frontend converts the model; optional, and it must return at once."""
+        return None
+
+    @classmethod
     def fallback(cls) -> frozenset[Op]:
         return frozenset(op for op in Op if op is not Op.INPUT) - cls.lowered()
 

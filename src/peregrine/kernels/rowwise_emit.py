@@ -13,7 +13,7 @@ from llvmlite import ir
 from peregrine.ir import Link
 from peregrine.ir.semantics.row_sums import ADD as ROW_SUM_ADD
 from peregrine.kernels import vmath
-from peregrine.kernels.irutil import F32, F64, I1, I32, I64, PTR, gep
+from peregrine.kernels.irutil import F32, F64, I1, I32, I64, PTR, gep, splat
 
 ROW_UNROLL = 4
 RBF_CHUNK = 8  # support vectors per iteration of a fused rbf KERNEL (one AVX-512 vector)
@@ -44,10 +44,10 @@ class Emitter:
     def splat(self, value: ir.Value, w: int) -> ir.Value:
         b = self.b
         v = b.insert_element(ir.Constant(self.vec(1), ir.Undefined), value, ir.Constant(I32, 0))
-        return b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, w), [0] * w))
+        return b.shuffle_vector(v, v, splat(I32, w, 0))
 
     def const(self, value: float, w: int) -> ir.Constant:
-        return ir.Constant(self.vec(w), [value] * w)
+        return splat(F64, w, value)
 
     def intrinsic(self, name: str, ret: ir.Type, args: list[ir.Value]) -> ir.Value:
         fn = self.m.globals.get(name)
@@ -391,7 +391,7 @@ class Emitter:
     def op_select(self, s: dict, ins: list) -> ir.Value:
         x = ins[0]
         mask = ir.Constant(ir.VectorType(I32, len(s["cols"])), s["cols"])
-        return self.b.shuffle_vector(x, ir.Constant(x.type, ir.Undefined), mask)
+        return self.r32(s, self.b.shuffle_vector(x, ir.Constant(x.type, ir.Undefined), mask))
 
     def op_polynomial(self, s: dict, ins: list) -> ir.Value:
         # out_k = 1.0 * f_k0 * f_k1 ..., as the rule multiplies columns one factor at a time:
@@ -421,7 +421,7 @@ class Emitter:
             eq = b.select(ir.Constant(bools, [bool(v) for v in s["nan"]]),
                           b.fcmp_unordered("uno", xs, xs), eq)
         never = ir.Constant(bools, [False] * n_terms)
-        hit = ir.Constant(ir.VectorType(I1, w), [False] * w)
+        hit = splat(I1, w, False)
         for lanes in s["rounds"]:
             hit = b.or_(hit, b.shuffle_vector(eq, never,
                                               ir.Constant(ir.VectorType(I32, w), lanes)))

@@ -10,6 +10,8 @@ names one.
 from __future__ import annotations
 
 import importlib.util
+import sys
+import threading
 from typing import Any, ClassVar
 
 import numpy as np
@@ -53,6 +55,17 @@ class NativeBackend(Backend):
         return NATIVE_OPS
 
     @classmethod
+    def prefetch(cls) -> None:
+        """Load LLVM in a thread while the model is converted. libllvmlite.so is 180 MB and
+        takes 0.3 s to load (once per process), most of it in dlopen, which runs without the
+        GIL; the frontend meanwhile parses the model (LightGBM's model text, XGBoost's JSON)."""
+        global _prefetching
+        if _prefetching is None and "peregrine.backends.native.executable" not in sys.modules:
+            _prefetching = threading.Thread(target=_load_codegen, name="peregrine-llvm-load",
+                                            daemon=True)
+            _prefetching.start()
+
+    @classmethod
     def compile(cls, spec: ModelSpec, options: CompileOptions, device: str) -> Executable:
         if device.split(":")[0] != "cpu":
             raise UnsupportedModelError(f"native backend runs on the CPU, not on {device!r}")
@@ -67,6 +80,19 @@ class NativeBackend(Backend):
         return compile_spec(spec, options, sample=sample, saved=saved)
 
 
+_prefetching: threading.Thread | None = None
+
+
+def _load_codegen() -> None:
+    try:
+        from peregrine.backends.native import executable  # noqa: F401 - imports llvmlite
+        from peregrine.kernels import jit
+
+        jit.target_machine(jit.Target.host())
+    except Exception:  # noqa: BLE001 - build() imports again and reports the error itself
+        pass
+
+
 def compile_spec(spec: ModelSpec, options: CompileOptions, target=None, *,
                  sample: np.ndarray | None = None,
                  saved: dict[str, Any] | None = None) -> Executable:
@@ -75,6 +101,8 @@ def compile_spec(spec: ModelSpec, options: CompileOptions, target=None, *,
     ``saved``: an artifact's ``artifact_state()``; its schedules are reused when it was made
     for this CPU (same name and features), so a loaded model runs the kernels it was saved
     with, without tuning again."""
+    if _prefetching is not None:  # done before anything forks (jit.load_all)
+        _prefetching.join()
     from peregrine.backends.native.executable import NativeExecutable, default_threads
     from peregrine.backends.native.program import ForestProgram
     from peregrine.backends.native.tune import Choice, choose_schedule
