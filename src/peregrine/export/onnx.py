@@ -72,14 +72,10 @@ def exported_methods(spec: Any, methods: Any = None) -> list[str]:
     return chosen
 
 
-def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic",
-               ml_ops: str = "auto", methods: Any = None, input_dtype: str | None = None,
-               exact_sums: bool = False, precision: Any = "auto",
-               string_inputs: bool = False) -> tuple[Any, dict[str, str]]:
-    """The ONNX ModelProto of ``compiled``'s program and {method: output name}."""
-    onnx, _ = _require()
-    from onnx import TensorProto, helper
-
+def load_lowerings() -> dict:
+    """The per-op ONNX lowerings (``onnx_graph.LOWERINGS``), every module that registers one
+    imported here, so the table is complete whoever asks first (a build, or a test that
+    reads an entry)."""
     from peregrine.export import (  # noqa: F401  (importing registers the lowerings)
         onnx_kernels,
         onnx_lookup,
@@ -90,6 +86,20 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
         onnx_transformers,
         onnx_trees,
     )
+    from peregrine.export.onnx_graph import LOWERINGS
+
+    return LOWERINGS
+
+
+def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic",
+               ml_ops: str = "auto", methods: Any = None, input_dtype: str | None = None,
+               exact_sums: bool = False, precision: Any = "auto",
+               string_inputs: bool = False) -> tuple[Any, dict[str, str]]:
+    """The ONNX ModelProto of ``compiled``'s program and {method: output name}."""
+    onnx, _ = _require()
+    from onnx import TensorProto, helper
+
+    load_lowerings()
     from peregrine.export.onnx_float32 import float32_nodes, narrow_lowering, parse_precision
     from peregrine.export.onnx_graph import LOWERINGS, RUNNING_BACKENDS, Emitter
     from peregrine.export.onnx_tune import (
