@@ -87,12 +87,7 @@ def test_numeric_input_with_nan(dtype, backend):
     assert _check(c, est, ints)
 
 
-@pytest.mark.parametrize("backend", [
-    "reference",
-    pytest.param("native", marks=pytest.mark.xfail(strict=True, reason=(
-        "the fused row kernel's finite check (kernels/fused.py, not this change's) lets an "
-        "infinity only a ONE_HOT reads through; the generic path refuses it"))),
-])
+@pytest.mark.parametrize("backend", ["reference", "torch", "native"])
 def test_numeric_infinity_refused(backend):
     """check_array(ensure_all_finite='allow-nan') on a numeric X refuses infinity."""
     X = np.array([[1.0, NAN, 0.0], [NAN, 2.0, np.inf]])

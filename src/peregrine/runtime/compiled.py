@@ -261,7 +261,11 @@ class CompiledModel:
         fast = self._finish(method, run)
         native = getattr(run, "native", None)
         if native is not None and fast is not run:  # labels, casts: after the builtin's run
-            inner = native(run)
+            # a runner that checks the source's NaN/inf policy itself (``checks_finite``)
+            # hands that check to the builtin, whose rows then go back to ``run`` (which
+            # raises NonFiniteInput for ``checked`` below); built without it, the builtin
+            # answered every NaN and infinity (LinearRegression.predict, a MissingIndicator)
+            inner = native(run, finite_only=bool(getattr(run, "checks_finite", False)))
             fast = fast if inner is None else self._finish(method, inner)
             native = None
         generic = self._call
