@@ -213,27 +213,65 @@ def test_l2_normalizer_edges(tmp_path):
     np.testing.assert_allclose(got["transform"][:4], m.transform(rows)[:4], rtol=RTOL, atol=0)
 
 
-def test_rbf_kernel_in_three_nodes(tmp_path):
-    """The rbf kernel's squared distance as Gemm (-2 folded into the vectors, |v|^2 as C),
-    ReduceSumSquare, Add and Max (the clamp): SVC and NuSVC decision_function against
-    scikit-learn on rows equal to support vectors (distance 0: the clamp), near them and far
-    from them (the kernel underflows), labels identical."""
-    from sklearn.svm import SVC, NuSVC
+def _rbf_rows(m, X, rng):
+    """Rows equal to support vectors (distance 0), beside them, scaled away from them and
+    far from them (every kernel value underflows), and huge ones (|x|^2 overflows)."""
+    sv = m.support_vectors_
+    huge = X[:5] * 1e150
+    return np.concatenate([sv[:50], sv[:50] + 1e-9, sv[:50] * (1 + 1e-15),
+                           X * 5.0, X + rng.normal(size=X.shape) * 40.0, huge])
+
+
+def test_rbf_kernel_folded_into_the_dual_coefficients(tmp_path):
+    """The rbf kernel read only by the dual coefficients' Gemm: exp(2 gamma x.v - gamma
+    |x|^2) as ReduceSumSquare, Concat, MatMul and Exp, exp(-gamma |v|^2) folded into the
+    coefficients (onnx_kernels._rbf_folded): SVC (binary and 3 classes), NuSVC, SVR and
+    OneClassSVM against scikit-learn on support vectors, beside them, far from them and on
+    huge rows, labels identical."""
+    from sklearn.svm import SVC, SVR, NuSVC, OneClassSVM
 
     X, y = make_classification(300, 6, n_informative=4, n_redundant=0, n_classes=3,
                                random_state=0)
     rng = np.random.default_rng(0)
-    for m in (SVC(gamma=0.5).fit(X, y), NuSVC(nu=0.3).fit(X, y)):
-        sv = m.support_vectors_
-        rows = np.concatenate([sv[:50], sv[:50] + 1e-9, sv[:50] * (1 + 1e-15),
-                               X * 5.0, X + rng.normal(size=X.shape) * 40.0])
-        model, got = _export(m, tmp_path, rows, ["predict", "decision_function"])
+    models = [(SVC(gamma=0.5).fit(X, y), ["predict", "decision_function"]),
+              (NuSVC(nu=0.3).fit(X, y), ["predict", "decision_function"]),
+              (SVC().fit(X, y % 2), ["predict", "decision_function"]),
+              (SVR(gamma=0.2).fit(X, X[:, 0] * 3.0 + y), ["predict"]),
+              (OneClassSVM(gamma=0.1).fit(X), ["predict", "decision_function"])]
+    for m, methods in models:
+        rows = _rbf_rows(m, X, rng)
+        model, got = _export(m, tmp_path, rows, methods)
         ops = _ops(model)
-        assert "Where" not in ops and "Less" not in ops and "Max" in ops
-        assert "ReduceSumSquare" in ops
-        np.testing.assert_array_equal(got["predict"], m.predict(rows))
-        np.testing.assert_allclose(got["decision_function"], m.decision_function(rows),
-                                   rtol=RTOL, atol=ATOL)
+        # the kernel, then the coefficients' Gemm (OneVsOne votes after it use Mul and Max)
+        assert ops[:5] == ["ReduceSumSquare", "Concat", "MatMul", "Exp", "Gemm"], (m, ops)
+        want = m.predict(rows)
+        if want.dtype.kind == "i":  # labels (SVR's predict is a value)
+            np.testing.assert_array_equal(got["predict"], want)
+        for method in methods:
+            np.testing.assert_allclose(got[method], getattr(m, method)(rows), rtol=RTOL,
+                                       atol=ATOL, err_msg=f"{m} {method}")
+
+
+def test_rbf_kernel_distance_form_where_the_fold_could_overflow(tmp_path):
+    """gamma |v|^2 above 700 (features far from 0 against a small gamma): exp(t) could
+    overflow, so the kernel keeps the distance form (Gemm with |v|^2 as C, ReduceSumSquare,
+    Add, the clamp as Max, Mul, Exp), as scikit-learn on rows at, beside and far from the
+    support vectors."""
+    from sklearn.svm import SVC
+
+    X, y = make_classification(300, 6, n_informative=4, n_redundant=0, n_classes=3,
+                               random_state=0)
+    X = X + 1000.0
+    m = SVC(gamma=0.5).fit(X, y)
+    gamma_vv = 0.5 * np.einsum("ij,ij->i", m.support_vectors_, m.support_vectors_)
+    assert gamma_vv.max() > 700
+    rows = _rbf_rows(m, X, np.random.default_rng(0))[:-5]
+    model, got = _export(m, tmp_path, rows, ["predict", "decision_function"])
+    ops = _ops(model)
+    assert "Max" in ops and "ReduceSumSquare" in ops and "Concat" not in ops
+    np.testing.assert_array_equal(got["predict"], m.predict(rows))
+    np.testing.assert_allclose(got["decision_function"], m.decision_function(rows),
+                               rtol=RTOL, atol=ATOL)
 
 
 def test_l1_normalizer_edge_rows(tmp_path):

@@ -71,6 +71,10 @@ class Emitter:
         # node's value v, and the Sigmoid of such a pair, [1 - p, p] (onnx_ops.lower_linear)
         self.pairs: set[str] = set()
         self.proba_pairs: set[str] = set()
+        # a tensor holding its IR node's value divided column by column by these factors,
+        # which a LINEAR reading it multiplies into its weight rows (the rbf kernel's
+        # exp(-gamma |v|^2): onnx_kernels.lower_kernel, onnx_ops.lower_linear)
+        self.column_scales: dict[str, np.ndarray] = {}
         # a double tensor -> its float32 twin, for values the rule itself computes in float32
         # (XGBoost's sigmoid: onnx_ops.lower_link), which the next op may compute in float32
         self.rule32: dict[str, str] = {}

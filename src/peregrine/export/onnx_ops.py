@@ -190,6 +190,11 @@ def lower_linear(e: Emitter, n: Any, ins: list[str]) -> str:
     a = n.attrs
     w = np.asarray(a.weight, np.float64)
     bias = np.asarray(a.bias, np.float64).reshape(1, -1)  # (out,): Linear.check
+    scales = e.column_scales.get(ins[0])
+    if scales is not None:
+        # the input holds its value divided by these per column (the folded rbf kernel,
+        # onnx_kernels._rbf_folded): the weight rows take them, one rounding each
+        w = w * scales[:, None]
     pair = e.working == TensorProto.FLOAT and feeds_pair_sigmoid(e, n, w)
     negated = not pair and _feeds_only_short_sigmoid(e, n)
     if pair:
