@@ -49,15 +49,11 @@ def _target(df):
     return (df["a"].to_numpy(np.float64) * (df["b"].to_numpy(np.float64) - 7) > 0).astype(int)
 
 
-# Known gap (docs/exactness.md): a frame mixing float32 with other number columns is converted
-# to float64, while scikit-learn computes a block made only of its float32 columns in float32
-GAP = pytest.mark.xfail(strict=True, reason="mixed float32/other frames compute in float64")
-
-
+# a frame mixing float32 with other number columns is read as float64; scikit-learn still
+# computes a block made only of its float32 columns in float32 (runtime/frame_blocks.py)
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("scaler", [StandardScaler, MinMaxScaler])
-@pytest.mark.parametrize("mixed", [None, pytest.param("float64", marks=GAP),
-                                   pytest.param("int", marks=GAP)])
+@pytest.mark.parametrize("mixed", [None, "float64", "int"])
 def test_float32_blocks_beside_strings(backend, scaler, mixed):
     df, test = _frame(2000, 0, mixed), _frame(3000, 1, mixed)
     y = _target(df)
@@ -82,3 +78,64 @@ def test_float32_blocks_beside_strings(backend, scaler, mixed):
                                        rtol=1e-5, atol=1e-6)
         for k in (1, 7):  # the one-row and few-rows paths
             np.testing.assert_array_equal(c.predict(test.iloc[:k]), p.predict(test.iloc[:k]))
+
+
+def _mixed(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "a": (rng.normal(size=n) * 1234.5678 + 0.1).astype(np.float32),
+        "b": (rng.normal(size=n) * 1e-3 + 7.0).astype(np.float32),
+        "e": rng.normal(size=n) * 2.2,
+        "i8": rng.integers(-100, 100, size=n).astype(np.int8),
+        "i32": rng.integers(-100, 100, size=n).astype(np.int32),
+        "flag": rng.integers(0, 2, size=n).astype(bool),
+    })
+
+
+# (ColumnTransformer blocks, remainder): each block's dtype is np.result_type of its columns'
+# (float32 with int8 or bool stays float32, with int32 or float64 it is float64); the output
+# is float32 only when every block is
+MIXED_BLOCKS = {
+    "f32-and-f64-blocks": ([("s32", StandardScaler(), ["a", "b"]),
+                            ("s64", StandardScaler(), ["e"])], "drop"),
+    "f32-block-only": ([("s32", StandardScaler(), ["a", "b"])], "drop"),
+    "f32-block-passthrough": ([("s32", MinMaxScaler(), ["a", "b"]), ("no", "drop", ["flag"])],
+                              "passthrough"),
+    "f32-with-int8": ([("s", MinMaxScaler(), ["a", "i8"]), ("t", StandardScaler(), ["b"])],
+                      "drop"),
+    "f32-with-bool": ([("s", StandardScaler(), ["b", "flag"])], "drop"),
+    "f32-with-int32": ([("s", StandardScaler(), ["a", "i32"]),
+                        ("t", StandardScaler(), ["b"])], "drop"),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("blocks", sorted(MIXED_BLOCKS))
+def test_mixed_frame_blocks(backend, blocks):
+    parts, remainder = MIXED_BLOCKS[blocks]
+    df, test = _mixed(500, 0), _mixed(2000, 1)
+    ct = ColumnTransformer(parts, remainder=remainder).fit(df)
+    c = peregrine.compile(ct, backend=backend)
+    for rows in (test, test.iloc[:1], test.iloc[:7]):
+        want, got = ct.transform(rows), c.transform(rows)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    y = (test["a"].to_numpy(np.float64) * (test["b"].to_numpy(np.float64) - 7) > 0)
+    p = make_pipeline(ColumnTransformer(parts, remainder=remainder),
+                      LogisticRegression(max_iter=300)).fit(test, y)
+    c = peregrine.compile(p, backend=backend)
+    np.testing.assert_array_equal(c.predict(df), p.predict(df))
+    np.testing.assert_allclose(c.predict_proba(df), p.predict_proba(df), rtol=1e-5, atol=1e-6)
+
+
+def test_mixed_frame_blocks_tvm():
+    """The TVM backend lowers a float32 block's selection as a Cast: one mixed frame."""
+    pytest.importorskip("tvm")
+    parts, remainder = MIXED_BLOCKS["f32-and-f64-blocks"]
+    df = _mixed(500, 0)
+    ct = ColumnTransformer(parts, remainder=remainder).fit(df)
+    c = peregrine.compile(ct, backend="tvm")
+    for rows in (df, df.iloc[:1]):
+        want, got = ct.transform(rows), c.transform(rows)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)

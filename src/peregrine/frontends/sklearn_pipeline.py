@@ -156,7 +156,7 @@ def step_column_transformer(model: ColumnTransformer, ctx: Context, flow: Flow) 
         cols = np.asarray(indices.get(name, []), dtype=np.int64)
         if cols.size == 0:  # sklearn skips empty selections
             continue
-        part = convert_step(trans, ctx, select(ctx, flow, cols))
+        part = convert_step(trans, ctx, select(ctx, flow, cols, block=True))
         parts.append(weighted(model, ctx, part, weights.get(name)))
     if not parts:
         raise unsupported(model, "a ColumnTransformer that outputs no columns")

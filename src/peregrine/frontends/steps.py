@@ -347,12 +347,16 @@ def splice_frontend(est: Any, ctx: Context, flow: Flow) -> Head:
 # ------------------------------------------------------------------- helpers for steps --
 
 
-def select(ctx: Context, flow: Flow, columns: Any) -> Flow:
-    """Keep ``columns`` (ints) of ``flow``; no node when it is the identity."""
+def select(ctx: Context, flow: Flow, columns: Any, block: bool = False) -> Flow:
+    """Keep ``columns`` (ints) of ``flow``; no node when it is the identity. ``block``: a
+    ColumnTransformer block; read straight from the input, its selection records the columns
+    whose frame dtypes decide the block's dtype (``Select.frame_block``)."""
     cols = [int(c) for c in np.asarray(columns, dtype=np.int64).reshape(-1)]
     if cols == list(range(flow.width)):
         return flow
-    node = ctx.g.add(Op.SELECT, (flow.node,), width=len(cols), columns=np.asarray(cols))
+    frame = block and ctx.g.node(flow.node).op is Op.INPUT
+    node = ctx.g.add(Op.SELECT, (flow.node,), width=len(cols), columns=np.asarray(cols),
+                     **({"frame_block": np.asarray(cols)} if frame else {}))
     return replace(flow, node=node, src=tuple(flow.src[c] for c in cols))
 
 

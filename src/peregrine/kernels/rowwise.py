@@ -208,7 +208,8 @@ def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:
         cols = [int(c) for c in np.asarray(a.columns).reshape(-1)]
         if len(cols) != w or any(not 0 <= c < win for c in cols):
             return None
-        return {"op": "select", "cols": cols}
+        # a float32 frame block (Select.float32): the values are rounded as the rule's astype
+        return {"op": "select", "cols": cols, **({"r32": True} if a.float32 else {})}
     if op is Op.POLYNOMIAL:
         powers = np.asarray(a.powers, dtype=np.int64)
         if powers.shape != (w, win) or (powers < 0).any() or powers.sum(1).max(initial=0) > 8:

@@ -138,8 +138,9 @@ def _push(rw: _Rewriter, name: str) -> list[str] | None:
         return None
     if src.op is Op.SELECT:  # SELECT of SELECT: one selection
         inner = np.asarray(src.attrs.columns, dtype=np.int64).reshape(-1)
+        # the inner selection's attributes: a ColumnTransformer block's frame_block stays
         rw.replace_node(name, dataclasses.replace(sel, inputs=src.inputs, attrs=dataclasses.replace(
-            sel.attrs, columns=inner[cols])))
+            src.attrs, columns=inner[cols])))
         rw.drop(src.name)
         return [name]
     if src.op is Op.CONCAT:

@@ -87,6 +87,9 @@ class CompiledModel:
         self._device = device
         self._n_features = spec.n_features
         self._fast: dict[str, Any] = {}  # method -> online fast path, or False for none
+        # float32 ColumnTransformer blocks of a mixed frame -> (executable, float32 outputs)
+        self._variants: dict[frozenset, tuple[Executable, dict[str, bool]]] = {}
+        self._frame_blocks = frame_blocks(spec)  # the blocks that may be float32
         # CompileOptions(validate=True): the largest deviations from the source seen on the
         # sample rows (runtime/validate.py); kept in saved artifacts. None: not validated.
         self.validation: dict[str, Any] | None = None
@@ -154,6 +157,7 @@ class CompiledModel:
         self._exec = self._exec.to(device)
         self._device = device
         self._fast.clear()
+        self._variants.clear()
         for name in METHOD_NAMES:  # cached bound methods (native entries) of the old device
             self.__dict__.pop(name, None)
         return self
@@ -356,15 +360,20 @@ class CompiledModel:
         # a magnitude beyond the guards' bound may overflow in the steps (as it does in
         # scikit-learn's, which then raises): run quietly, the guards say where it breaks
         beyond = self.options.validate_input and beyond_bound(self.spec, arr)
+        exe, out32 = self._exec, None
+        if self.spec.text is None and arr.dtype == np.float64 and is_dataframe(X):
+            variant = self._frame_variant(X)
+            if variant is not None:  # float32 ColumnTransformer blocks of a mixed frame
+                exe, out32 = variant
         with np.errstate(all="ignore") if beyond else nullcontext():
             if self.spec.input_checks and self.options.validate_input:
                 # rows sklearn would reject (handle_unknown='error'...) are flagged by the
                 # graph itself, in the same run: a compiled program cannot raise per row
-                res = self._exec.run(arr, (method.output, INPUT_ERRORS))
+                res = exe.run(arr, (method.output, INPUT_ERRORS))
                 self._raise_flagged(np.asarray(res[INPUT_ERRORS]), arr)
                 out = res[method.output]
             else:
-                out = self._exec.run(arr, (method.output,))[method.output]
+                out = exe.run(arr, (method.output,))[method.output]
         if beyond:  # values a later step re-validates (after the encoders' checks: the
             check_guards(self.spec, arr, beyond=True)  # earlier steps raise first)
         if method.strings:
@@ -372,7 +381,26 @@ class CompiledModel:
         # dtype "input": the source keeps a float32 input float32 (sklearn's scalers)
         in_dtype = np.dtype(str(arr.dtype).replace("torch.", "")) \
             if method.dtype == "input" else None
+        if in_dtype is not None and out32 is not None and out32[method.output]:
+            in_dtype = np.dtype(np.float32)  # every block of the output float32 (np.hstack)
         return output_shaper(method)(np.asarray(out), in_dtype)
+
+    def _frame_variant(self, df: Any) -> tuple[Executable, dict[str, bool]] | None:
+        """For a DataFrame read as float64 in which some ColumnTransformer blocks are float32
+        (runtime/frame_blocks.py): the executable of the program computing those blocks in
+        float32, built for this backend on first use, and per output whether it is float32.
+        None when no block is."""
+        blocks = float32_blocks(df, self.spec, self._frame_blocks)
+        if not blocks:
+            return None
+        found = self._variants.get(blocks)
+        if found is None:  # (two threads may both build it: the same program either way)
+            spec = variant_spec(self.spec, blocks)
+            flow = float32_flow(spec.graph)
+            exe = get_backend(self.backend).build(spec, self.options, self._device)
+            found = self._variants[blocks] = (exe, {o: flow[v]
+                                                    for o, v in spec.graph.outputs.items()})
+        return found
 
     def _raise_flagged(self, flags: np.ndarray, arr: Any) -> None:
         bad = flags != 0
@@ -455,10 +483,17 @@ def build(spec: ModelSpec, backend: str, options: CompileOptions, device: str,
     return CompiledModel(spec, backend, executable, options, device, content_hash)
 
 
+from peregrine.runtime.frame_blocks import (  # noqa: E402
+    float32_blocks,
+    float32_flow,
+    frame_blocks,
+    variant_spec,
+)
 from peregrine.runtime.guards import beyond_bound, check_guards, guards  # noqa: E402
 from peregrine.runtime.inputs import (  # noqa: E402  (after CompiledModel: no cycle)
     FLOAT32_OVERFLOW,
     beyond_float32,
+    is_dataframe,
     prepare_input,
 )
 from peregrine.runtime.sparse import call_sparse, is_sparse  # noqa: E402

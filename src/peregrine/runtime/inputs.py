@@ -17,7 +17,7 @@ from peregrine.runtime.guards import FLOAT32_OVERFLOW, na_columns, read_columns
 from peregrine.runtime.sparse import densify, is_sparse
 
 
-def _is_dataframe(X: Any) -> bool:
+def is_dataframe(X: Any) -> bool:
     pd = sys.modules.get("pandas")
     return pd is not None and isinstance(X, pd.DataFrame)
 
@@ -37,7 +37,7 @@ def prepare_input(X: Any, spec: ModelSpec, *, keep_tensor: bool = False, check: 
     if _is_tensor(X):
         return _from_tensor(X, spec, keep_tensor, check)
     checked = None  # the columns to check (None: all)
-    if _is_dataframe(X):
+    if is_dataframe(X):
         arr, checked = _from_dataframe(X, spec)
     else:
         if isinstance(X, (list, tuple)):

@@ -31,12 +31,16 @@ class Linear(nn.Module):
 
 
 class Select(nn.Module):
-    def __init__(self, columns: Any) -> None:
+    def __init__(self, columns: Any, float32: bool = False) -> None:
         super().__init__()
         self.register_buffer("columns", _i64(columns))
+        self.float32 = float32  # a float32 frame block (Select.float32): values as float32
 
     def forward(self, xs: list[Tensor]) -> Tensor:
-        return xs[0].index_select(1, self.columns)
+        out = xs[0].index_select(1, self.columns)
+        if self.float32:
+            return out.to(torch.float32)
+        return out
 
 
 class Concat(nn.Module):
@@ -410,7 +414,7 @@ def lower_linear(node: Node, options: CompileOptions) -> Lowered:
 
 @lowering(Op.SELECT)
 def lower_select(node: Node, options: CompileOptions) -> Lowered:
-    return Lowered(Select(node.attrs.columns))
+    return Lowered(Select(node.attrs.columns, bool(node.attrs.float32)))
 
 
 @lowering(Op.CONCAT)

@@ -222,7 +222,8 @@ def lower_linear(ctx: Context, node: Node, ins: list) -> relax.Expr:
 @lowering(Op.SELECT)
 def lower_select(ctx: Context, node: Node, ins: list) -> relax.Expr:
     cols = np.asarray(node.attrs.columns, dtype=np.int64).reshape(-1)
-    return R.take(ins[0], const(cols, "int64"), axis=1)
+    out = R.take(ins[0], const(cols, "int64"), axis=1)
+    return cast(out, "float32") if node.attrs.float32 else out  # a float32 frame block
 
 
 @lowering(Op.CONCAT)

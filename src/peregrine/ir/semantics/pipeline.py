@@ -53,9 +53,20 @@ class Linear(Attrs):
 
 @define(Op.SELECT)
 class Select(Attrs):
-    """x[:, columns]: drop, reorder or repeat columns."""
+    """x[:, columns]: drop, reorder or repeat columns.
+
+    ``frame_block``: set on a ColumnTransformer block read straight from the input, the input
+    columns the block's transformer receives (before any pass narrowed ``columns``).
+    scikit-learn hands that transformer the sub-frame, whose ``check_array`` keeps it float32
+    when ``np.result_type`` of those columns' dtypes is float32, even inside a frame of mixed
+    dtypes that the program reads as float64. ``float32``: the runtime's per-frame variant of
+    the graph (``runtime/frame_blocks.py``) sets it where that is so: the selected values
+    (float32 numbers in a float64 matrix) are returned as float32, and the block's steps
+    compute in float32 as scikit-learn's do."""
 
     columns: Any
+    frame_block: Any = None
+    float32: bool = False
 
     def check(self, n: Any, ins: list) -> None:
         super().check(n, ins)
@@ -68,10 +79,11 @@ class Select(Attrs):
         return int(np.asarray(self.columns).size)
 
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
-        return ins[0][:, np.asarray(self.columns, dtype=np.int64).reshape(-1)]
+        out = ins[0][:, np.asarray(self.columns, dtype=np.int64).reshape(-1)]
+        return out.astype(np.float32) if self.float32 else out
 
     def float32_out(self, ins_float32: list[bool]) -> bool:
-        return ins_float32[0]
+        return bool(self.float32) or ins_float32[0]
 
 
 @define(Op.CONCAT)
