@@ -81,7 +81,8 @@ def convert_isolation_forest(model: Any) -> ModelSpec:
         "predict": MethodSpec("predict", labels=np.array([-1, 1])),
     }
     # score_samples validates with ensure_all_finite=False: NaN and +-inf are accepted
-    spec = tree_model_spec(model, graph, methods, n_features, allow_nan=True)
+    # ... on a sparse X too, where NaN goes right at every node (ir/spec.py SPARSE_NAN "inf")
+    spec = tree_model_spec(model, graph, methods, n_features, allow_nan=True, sparse_nan="inf")
     return dataclasses.replace(spec, allow_inf=True)
 
 # tests/test_param_audit.py: contamination sets offset_, max_samples the path-length norm,

@@ -82,6 +82,7 @@ def model_spec(model: Any, build_head, n_features: int | None = None) -> ModelSp
         category_unknown_error=frozenset(ctx.unknown_error),
         input_checks=tuple(w for _, ws in ctx.checks for w in ws),
         sparse_absent=sparse_absent,
+        sparse_nan=ctx.sparse_nan,
         versions={"sklearn": sklearn_version},
     )
 

@@ -81,6 +81,8 @@ def accepts_nan(model: Any, n_features: int) -> bool:
 
 
 def tree_model_spec(model: Any, graph, methods: dict, n_features: int, **kw) -> ModelSpec:
+    # NaN in a sparse X: refused even where a dense NaN is taken (ir/spec.py SPARSE_NAN)
+    kw.setdefault("sparse_nan", "refuse")
     return ModelSpec(
         graph=graph,
         methods=methods,

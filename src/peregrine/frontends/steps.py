@@ -72,6 +72,10 @@ class Context:
     # raw input, "refuse" when a step in front of it may or may not keep a sparse matrix sparse
     sparse_absent: str = "zero"
     sparse_readers: int = 0  # readers of the input that spliced model brought
+    # ModelSpec.sparse_nan of the whole model: "refuse" when a spliced model with a sparse NaN
+    # rule of its own may receive an input NaN (whether the steps before it keep the matrix
+    # sparse, and so which rule applies, may depend on the data: refused, never answered)
+    sparse_nan: str = "missing"
     # (node, kind) -> graph output name (GUARD prefix): values a step re-validates
     guarded: dict[tuple[str, str], str] = field(default_factory=dict)
 
@@ -323,6 +327,8 @@ def splice_frontend(est: Any, ctx: Context, flow: Flow) -> Head:
     check_no_strings(est, ctx, flow)
     if not spec.allow_nan and flow.nan:  # (a computed NaN: the guard below)
         ctx.allow_nan = False
+    if spec.sparse_nan != "missing" and flow.nan:
+        ctx.sparse_nan = "refuse"
     if spec.sparse_absent != "zero":  # XGBoost: absent entries of a sparse input are missing
         # its rule holds when it alone reads the raw input (model_spec counts the readers)
         raw = ctx.g.node(flow.node).op is Op.INPUT and ctx.sparse_absent == "zero"

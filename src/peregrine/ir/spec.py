@@ -21,6 +21,13 @@ GUARD = "guard:"  # prefix of graph outputs a step validates (runtime/guards.py)
 # depends on which steps keep the matrix sparse (a pipeline whose later XGBoost step would read
 # a sparsity-preserving transformer's output): sparse input is an InputError
 SPARSE_ABSENT = ("zero", "nan", "refuse")
+# ModelSpec.sparse_nan: how a NaN *stored* in a scipy.sparse input reads. "missing": as in a
+# dense input; "refuse": InputError (scikit-learn's trees and forests validate sparse X with
+# NaN refused: BaseDecisionTree._support_missing_values is False for sparse input, so a model
+# that takes NaN in a dense row raises on the same row as CSR); "inf": as +inf (IsolationForest
+# takes it, and its sparse traversal, _apply_sparse_csr, has no missing-value branch: NaN <=
+# threshold is false, so NaN goes right at every node, as +inf does)
+SPARSE_NAN = ("missing", "refuse", "inf")
 METHOD_NAMES = ("predict", "predict_proba", "predict_log_proba", "decision_function",
                 "transform", "score_samples")
 
@@ -79,12 +86,15 @@ class ModelSpec:
     # the sparse matrix the transform returns (ir/semantics/text.py, runtime/text.py)
     text: TextSpec | None = None
     sparse_absent: str = "zero"  # SPARSE_ABSENT: the source's rule for absent sparse entries
+    sparse_nan: str = "missing"  # SPARSE_NAN: the source's rule for NaN stored in sparse X
     # the dtype the source checks finiteness in: "float32" where it casts the input to float32
     # first (scikit-learn's tree models: a float64 value beyond float32's range becomes
     # infinity there, and with allow_inf False is rejected: "a value too large for float32")
     finite_dtype: str = "float64"
 
     def __post_init__(self) -> None:
+        if self.sparse_nan not in SPARSE_NAN:
+            raise ValueError(f"sparse_nan {self.sparse_nan!r} is not one of {SPARSE_NAN}")
         if self.sparse_absent not in SPARSE_ABSENT:
             raise ValueError(f"sparse_absent {self.sparse_absent!r} is not one of "
                              f"{SPARSE_ABSENT}")

@@ -16,7 +16,7 @@ import numpy as np
 from peregrine.errors import ArtifactError
 from peregrine.ir import Comparison, Forest, Graph, Link, Node, Op, verify
 from peregrine.ir.semantics.text import TextSpec
-from peregrine.ir.spec import SPARSE_ABSENT, MethodSpec, ModelSpec
+from peregrine.ir.spec import SPARSE_ABSENT, SPARSE_NAN, MethodSpec, ModelSpec
 from peregrine.runtime.cat_hash import HASH_RULES
 
 FORMAT = "peregrine-artifact"
@@ -154,6 +154,7 @@ def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
             "input_checks": [[m, c] for m, c in spec.input_checks],
             "int_input_dtype": spec.int_input_dtype,
             "sparse_absent": spec.sparse_absent,
+            "sparse_nan": spec.sparse_nan,
             "finite_dtype": spec.finite_dtype,
             "versions": spec.versions,
             "text": None if spec.text is None else w.value(_text_state(spec.text)),
@@ -270,6 +271,8 @@ def _spec_from_json(d: dict[str, Any], r: _Reader) -> ModelSpec:
         hash_columns={int(k): _hash_rule(v) for k, v in d.get("hash_columns", ())},
         versions=dict(d.get("versions", {})),
         sparse_absent=_sparse_rule(d.get("sparse_absent") or _old_sparse_rule(d, graph)),
+        # artifacts written before the field: NaN stored in sparse input read as missing
+        sparse_nan=_sparse_nan(d.get("sparse_nan", "missing")),
         finite_dtype=_finite_dtype(d.get("finite_dtype", "float64")),
         text=_text_from(d.get("text"), r),
     )
@@ -314,6 +317,12 @@ def _old_sparse_rule(d: dict[str, Any], graph: Graph) -> str:
 def _sparse_rule(value: Any) -> str:
     if value not in SPARSE_ABSENT:
         raise ArtifactError(f"artifact's sparse_absent {value!r} is not one of {SPARSE_ABSENT}")
+    return str(value)
+
+
+def _sparse_nan(value: Any) -> str:
+    if value not in SPARSE_NAN:
+        raise ArtifactError(f"artifact's sparse_nan {value!r} is not one of {SPARSE_NAN}")
     return str(value)
 
 

@@ -78,6 +78,32 @@ def as_csr(X: Any, spec: ModelSpec, *, check: bool = True) -> Any:
         csr.sum_duplicates()  # also sorts each row's indices
     if check:
         _check_stored(csr, spec)
+    if spec.sparse_nan != "missing":
+        csr = _stored_nan(csr, spec, check)
+    return csr
+
+
+def _stored_nan(csr: Any, spec: ModelSpec, check: bool) -> Any:
+    """NaN among the stored values where the source reads them otherwise than a dense NaN
+    (``ModelSpec.sparse_nan``): refused (when ``check``), or read as +inf (a copy: the
+    caller's matrix is left as it is)."""
+    data = csr.data
+    with np.errstate(all="ignore"):
+        if not np.isnan(np.add.reduce(data, None)):  # no NaN (a NaN sum: NaN or inf - inf)
+            return csr
+    nan = np.isnan(data)
+    if not nan.any():
+        return csr
+    if spec.sparse_nan == "refuse":
+        if not check:
+            return csr
+        k = int(np.argmax(nan))
+        row = int(np.searchsorted(csr.indptr, k, side="right")) - 1
+        raise InputError(f"input contains NaN at row {row}, column {int(csr.indices[k])}; "
+                         f"{spec.source} does not accept NaN in a sparse matrix (it does in "
+                         "a dense array: pass X.toarray())")
+    csr = csr.copy()
+    csr.data[nan] = np.inf
     return csr
 
 
