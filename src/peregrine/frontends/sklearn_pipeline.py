@@ -6,11 +6,13 @@ ColumnTransformer (sklearn/compose/_column_transformer.py): ``transformers_`` ho
 transformers with their columns already resolved by fit (names, masks, callables, slices), and
 ``_transformer_to_input_indices`` maps each (also 'remainder') to input column indices; the
 output hstacks the transformers in ``transformers_`` order, skipping 'drop' and empty
-selections. Only dense output (``sparse_output_`` False) is supported.
+selections; with ``sparse_output_`` (decided at fit) the hstack is a CSR matrix, which the
+next step reads as its values (Flow.sparse says where that matters: docs/sparse.md).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,7 @@ from peregrine.frontends.steps import (
     register_head,
     register_step,
     select,
+    sparse_parts,
     weighted,
 )
 from peregrine.ir import GraphBuilder
@@ -145,9 +148,6 @@ def step_pipeline(model: Pipeline, ctx: Context, flow: Flow) -> Flow:
 @register_step(ColumnTransformer)
 def step_column_transformer(model: ColumnTransformer, ctx: Context, flow: Flow) -> Flow:
     require_fitted(model, "transformers_", "n_features_in_")
-    if getattr(model, "sparse_output_", False):
-        raise unsupported(model, "sparse output (sparse_output_ is True)",
-                          "dense output: sparse_threshold=0 or dense transformers")
     indices = model._transformer_to_input_indices  # fitted name -> input column indices
     weights = model.transformer_weights or {}  # _iter: get_weight(name), also 'remainder'
     parts = []
@@ -165,7 +165,9 @@ def step_column_transformer(model: ColumnTransformer, ctx: Context, flow: Flow) 
     n_out = getattr(model, "_n_features_out", None)
     if n_out is not None and int(n_out) != out.width:
         raise unsupported(model, f"output width {n_out} (converted {out.width})")
-    return out
+    # fit decided (sparse_threshold against the fit data's density): a sparse hstack of every
+    # block, or a dense one of every block densified (_hstack)
+    return replace(out, sparse="csr" if getattr(model, "sparse_output_", False) else "")
 
 
 @register_frontend(ColumnTransformer, library="scikit-learn", methods=("transform",),
@@ -189,7 +191,7 @@ def step_feature_union(model: FeatureUnion, ctx: Context, flow: Flow) -> Flow:
         parts.append(weighted(model, ctx, convert_step(trans, ctx, flow), weights.get(name)))
     if not parts:
         raise unsupported(model, "a FeatureUnion that outputs no columns")
-    return concat(ctx, parts)
+    return replace(concat(ctx, parts), sparse=sparse_parts(parts))
 
 
 @register_frontend(FeatureUnion, library="scikit-learn", methods=("transform",),

@@ -183,6 +183,11 @@ class Flow:
     src: tuple[int | None, ...]  # per column: input column it still is, or None
     nan: bool = True  # may hold NaN
     keeps_dtype: bool = True  # float32 input still float32 here (sklearn's dtype rule)
+    # what scikit-learn holds here (the next step reads it): "" a dense array, "csr" a
+    # scipy.sparse matrix (absent entries are 0 in it; XGBoost reads them as missing, the
+    # trees refuse a NaN stored in it), "maybe" either (a step not known to keep or drop
+    # sparsity read a sparse matrix). The graph computes the dense values either way.
+    sparse: str = ""
 
     @property
     def width(self) -> int:
@@ -239,7 +244,36 @@ def convert_step(est: Any, ctx: Context, flow: Flow) -> Flow:
     out = entry.fn(est, ctx, flow)
     if rejects_inf(est):  # its check_array (after the step's own, stricter, guards)
         ctx.reject_inf(flow, est)
+    if not _composite(est):  # (compositions set their own output's format)
+        out = replace(out, sparse=_sparse_after(est, flow))
     return out
+
+
+def _composite(est: Any) -> bool:
+    from sklearn.compose import ColumnTransformer
+    from sklearn.pipeline import FeatureUnion, Pipeline
+
+    return isinstance(est, (Pipeline, FeatureUnion, ColumnTransformer))
+
+
+def _sparse_after(est: Any, flow: Flow) -> str:
+    """Flow.sparse of ``est.transform``'s output: sparse where the step builds a sparse
+    matrix (OneHotEncoder(sparse_output=True): the others with a sparse option are refused in
+    the middle of a pipeline), kept by the selectors (a column subset of a CSR is a CSR),
+    unknown ("maybe") after any other step reading a sparse matrix."""
+    from sklearn.feature_selection import SelectorMixin
+
+    if sparse_format(est):
+        return "csr"
+    if not flow.sparse:
+        return ""
+    return flow.sparse if isinstance(est, SelectorMixin) else "maybe"
+
+
+def sparse_parts(flows: list[Flow]) -> str:
+    """Flow.sparse of FeatureUnion's hstack: sparse when any part is (``_hstack``)."""
+    kinds = {f.sparse for f in flows}
+    return "maybe" if "maybe" in kinds else "csr" if "csr" in kinds else ""
 
 
 def rejects_inf(est: Any) -> bool:
@@ -285,10 +319,27 @@ def convert_head(est: Any, ctx: Context, flow: Flow) -> Head:
         dtype = "input" if out.keeps_dtype else "float64"
         if not out.keeps_dtype and getattr(est, "dtype", None) is not None:
             dtype = np.dtype(est.dtype).name  # OneHotEncoder/OrdinalEncoder(dtype=...)
+        if not sparse and out.sparse == "csr":  # a ColumnTransformer's or FeatureUnion's
+            sparse = "csr_matrix"  # sparse hstack (.tocsr()), a selector on a CSR
         return Head({"transform": out.node},
                     {"transform": MethodSpec("transform", dtype=dtype, sparse=sparse)},
                     allow_nan=True)
     return splice_frontend(est, ctx, flow)
+
+
+def _absent_as_missing(est: Any, ctx: Context, flow: Flow) -> Flow:
+    """XGBoost reading a sparse matrix an earlier step built (a OneHotEncoder's, a sparse
+    ColumnTransformer's) takes its absent entries as missing (docs/sparse.md): the dense
+    values' zeros, which scipy does not store (a dense block is hstacked as its nonzeros),
+    become NaN. Refused where the matrix may or may not be sparse."""
+    if flow.sparse != "csr":
+        raise unsupported(est, "reading the output of a step that may return a sparse "
+                          "matrix (XGBoost reads its absent entries as missing)",
+                          "a dense matrix before it: sparse_output=False, "
+                          "ColumnTransformer(sparse_threshold=0)")
+    node = ctx.g.add(Op.IMPUTE, (flow.node,), width=flow.width,
+                     values=np.full(flow.width, np.nan), missing=0.0)
+    return flow.computed(ctx, node, flow.width, nan=True, sparse="")
 
 
 def string_passthrough(est: Any, ctx: Context, out: Flow) -> tuple:
@@ -329,6 +380,10 @@ def splice_frontend(est: Any, ctx: Context, flow: Flow) -> Head:
         ctx.allow_nan = False
     if spec.sparse_nan != "missing" and flow.nan:
         ctx.sparse_nan = "refuse"
+        if flow.sparse:  # an earlier step hands it a sparse matrix that may hold NaN
+            ctx.reject_nan(flow, est)
+    if spec.sparse_absent == "nan" and flow.sparse:
+        flow = _absent_as_missing(est, ctx, flow)
     if spec.sparse_absent != "zero":  # XGBoost: absent entries of a sparse input are missing
         # its rule holds when it alone reads the raw input (model_spec counts the readers)
         raw = ctx.g.node(flow.node).op is Op.INPUT and ctx.sparse_absent == "zero"
