@@ -172,7 +172,8 @@ def step_column_transformer(model: ColumnTransformer, ctx: Context, flow: Flow) 
 
 @register_frontend(ColumnTransformer, library="scikit-learn", methods=("transform",),
                    notes="names, indices, masks, callables; remainder drop/passthrough/"
-                   "estimator; dense output")
+                   "estimator; dense or sparse output (sparse_output_: CSR, read by the next step as "
+                   "the library reads a sparse matrix)")
 def convert_column_transformer(model: ColumnTransformer) -> ModelSpec:
     return convert_single(model)
 
@@ -195,7 +196,7 @@ def step_feature_union(model: FeatureUnion, ctx: Context, flow: Flow) -> Flow:
 
 
 @register_frontend(FeatureUnion, library="scikit-learn", methods=("transform",),
-                   notes="dense transformers, transformer_weights")
+                   notes="transformer_weights; a sparse part makes the output CSR, as scikit-learn's")
 def convert_feature_union(model: FeatureUnion) -> ModelSpec:
     return convert_single(model)
 
