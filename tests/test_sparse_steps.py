@@ -187,3 +187,38 @@ def test_tvm_and_onnx_export_after_a_sparse_column_transformer(fitted, tmp_path)
     out = dict(zip(names, sess.run(None, feeds)))
     np.testing.assert_allclose(out["probabilities"], model.predict_proba(TEST), rtol=1e-5,
                                atol=1e-6)
+
+
+def _text_frame(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    words = [f"w{i}" for i in range(200)] + ["red"]
+    return pd.DataFrame({"t": [" ".join(rng.choice(words, 5)) for _ in range(n)],
+                         "c": rng.choice(list("abc"), n), "x": rng.normal(size=n)})
+
+
+def test_text_column_transformer_sparse_hstack():
+    """A ColumnTransformer with a text column whose hstack is sparse: a forest behind it
+    answers as scikit-learn and refuses the NaN scikit-learn refuses there; XGBoost (absent
+    entries missing) is refused, not answered as if they were 0."""
+    import xgboost as xgb
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    df, test = _text_frame(800, 0), _text_frame(100, 1)
+    y = (df.t.str.contains("red") ^ (df.x > 0)).to_numpy().astype(int)
+
+    def ct():
+        return ColumnTransformer([("t", CountVectorizer(), "t"), ("c", OneHotEncoder(), ["c"]),
+                                  ("x", "passthrough", ["x"])])
+
+    forest = make_pipeline(ct(), RandomForestClassifier(10, random_state=0)).fit(df, y)
+    assert forest[0].sparse_output_
+    c = peregrine.compile(forest, backend="reference")
+    np.testing.assert_allclose(c.predict_proba(test), forest.predict_proba(test))
+    test.loc[2, "x"] = np.nan
+    with pytest.raises(ValueError):
+        forest.predict_proba(test)
+    with pytest.raises(InputError):
+        c.predict_proba(test)
+    boosted = make_pipeline(ct(), xgb.XGBClassifier(n_estimators=5)).fit(df, y)
+    with pytest.raises(UnsupportedModelError, match="sparse hstack with a text column"):
+        peregrine.compile(boosted, backend="reference")

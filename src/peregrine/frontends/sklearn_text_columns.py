@@ -136,6 +136,10 @@ def convert_column_pipeline(model: Pipeline) -> ModelSpec:
     n_out = getattr(ct, "_n_features_out", None)
     if n_out is not None and int(n_out) != out.width:
         raise unsupported(ct, f"output width {n_out} (converted {out.width})")
+    # a sparse hstack is read as such by the head (steps.Flow.sparse: scikit-learn's trees
+    # refuse a NaN in it; XGBoost, which takes its zeros as missing, is refused: the
+    # vocabulary's zeros are never materialised to be turned into NaN)
+    out = dataclasses.replace(out, sparse="text" if getattr(ct, "sparse_output_", False) else "")
     steps = [e for _, e in model.steps[1:]]
     for est in steps[:-1]:
         out = convert_step(est, ctx, out)
@@ -144,6 +148,8 @@ def convert_column_pipeline(model: Pipeline) -> ModelSpec:
                           "a model after it (its output would be a sparse hstack)")
     try:
         head = convert_head(steps[-1], ctx, out)
+    except UnsupportedModelError:  # (a TypeError too: it says what is unsupported itself)
+        raise
     except (TypeError, ValueError) as exc:  # fitted state kept sparse (KNN's _fit_X...)
         raise UnsupportedModelError(
             f"{qualified_name(steps[-1])} after a ColumnTransformer with a text column: its "

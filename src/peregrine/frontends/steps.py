@@ -186,7 +186,8 @@ class Flow:
     # what scikit-learn holds here (the next step reads it): "" a dense array, "csr" a
     # scipy.sparse matrix (absent entries are 0 in it; XGBoost reads them as missing, the
     # trees refuse a NaN stored in it), "maybe" either (a step not known to keep or drop
-    # sparsity read a sparse matrix). The graph computes the dense values either way.
+    # sparsity read a sparse matrix), "text" a sparse hstack holding a text block
+    # (sklearn_text_columns.py). The graph computes the dense values either way.
     sparse: str = ""
 
     @property
@@ -333,8 +334,9 @@ def _absent_as_missing(est: Any, ctx: Context, flow: Flow) -> Flow:
     values' zeros, which scipy does not store (a dense block is hstacked as its nonzeros),
     become NaN. Refused where the matrix may or may not be sparse."""
     if flow.sparse != "csr":
-        raise unsupported(est, "reading the output of a step that may return a sparse "
-                          "matrix (XGBoost reads its absent entries as missing)",
+        what = ("a ColumnTransformer's sparse hstack with a text column" if flow.sparse == "text"
+                else "the output of a step that may return a sparse matrix")
+        raise unsupported(est, f"reading {what} (XGBoost reads its absent entries as missing)",
                           "a dense matrix before it: sparse_output=False, "
                           "ColumnTransformer(sparse_threshold=0)")
     node = ctx.g.add(Op.IMPUTE, (flow.node,), width=flow.width,
