@@ -283,11 +283,20 @@ def _hgb_forest(model: Any, order: np.ndarray):
 
 
 def _hgb_spec(model, graph, methods, maps) -> ModelSpec:
-    # validate_data(..., ensure_all_finite=False): NaN and +-inf are both accepted
+    # validate_data(..., ensure_all_finite=False): NaN and +-inf are both accepted, except in
+    # a numeric column declared categorical: the fitted _preprocessor's OrdinalEncoder checks
+    # those with ensure_all_finite='allow-nan' and raises on +-inf. Refused then for the whole
+    # input (a pipeline's rule too: "accepted means answered", steps.model_spec), over-strict
+    # for an infinity in the other columns. (A pandas category column holds no infinity.)
+    is_cat = getattr(model, "is_categorical_", None)  # None: no categorical feature
+    is_cat = np.zeros(0, bool) if is_cat is None else np.asarray(is_cat, dtype=bool)
+    numeric_cat = any(j not in maps for j in np.flatnonzero(is_cat))
     spec = tree_model_spec(model, graph, methods, model.n_features_in_, allow_nan=True,
                            category_maps=maps)
     # sparse input: "Sparse data was passed for X, but dense data is required"
-    return dataclasses.replace(spec, allow_inf=True, sparse_absent="refuse")
+    # (checked in float64, X_DTYPE: 1e300 is a finite, unseen category there)
+    return dataclasses.replace(spec, allow_inf=not numeric_cat, sparse_absent="refuse",
+                               finite_dtype="float64")
 
 
 @register_frontend(
