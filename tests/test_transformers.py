@@ -241,3 +241,25 @@ def test_knn_imputer_empty_feature(keep):
     with pytest.raises(UnsupportedModelError, match="missing_values"):
         peregrine.compile(KNNImputer(missing_values=-1.0).fit(np.abs(X[:, [0]])),
                           "reference")
+
+
+@pytest.mark.parametrize("backend", BACKENDS + ["native"])
+def test_simple_imputer_empty_features_every_strategy(backend):
+    """A column all-missing at fit is dropped by every strategy, 'constant' included
+    (scikit-learn >= 1.6: its statistic is NaN), unless keep_empty_features; in a pipeline the
+    next step sees the narrower matrix."""
+    rng = np.random.default_rng(0)
+    X = np.c_[rng.normal(size=60), np.full(60, np.nan), rng.normal(size=60)]
+    X[::7, 0] = np.nan
+    rows = X[:20].copy()
+    rows[1, 1] = 3.0  # a value where fit saw none: dropped with the column
+    for kw in (dict(strategy="constant", fill_value=7.5), dict(strategy="mean"),
+               dict(strategy="constant", fill_value=7.5, keep_empty_features=True),
+               dict(strategy="median", keep_empty_features=True, add_indicator=True)):
+        est = SimpleImputer(**kw).fit(X)
+        got = peregrine.compile(est, backend=backend).transform(rows)
+        np.testing.assert_array_equal(got, est.transform(rows), err_msg=str(kw))
+    y = X[:, 2] * 2.0
+    model = make_pipeline(SimpleImputer(strategy="constant", fill_value=-1.0), Ridge()).fit(X, y)
+    np.testing.assert_allclose(peregrine.compile(model, backend=backend).predict(rows),
+                               model.predict(rows), rtol=1e-5, atol=1e-6)

@@ -228,8 +228,10 @@ def _simple_impute(est: Any, ctx: Context, flow: Flow) -> Flow:
     if isinstance(missing, str) or missing is None:
         raise unsupported(est, f"missing_values={missing!r} on numeric columns")
     keep = np.arange(flow.width)
-    if not est.keep_empty_features and est.strategy != "constant":
-        keep = np.flatnonzero(~np.isnan(stats))  # transform drops all-missing columns
+    if not est.keep_empty_features:
+        # transform drops the columns all-missing at fit (NaN statistics), strategy
+        # 'constant' too since scikit-learn 1.6 (before, its statistics were never NaN)
+        keep = np.flatnonzero(~np.isnan(stats))
     elif np.isnan(stats).any():
         raise unsupported(est, "keep_empty_features=True with empty features")
     # X[mask] = statistics_ on a float32 X stores them rounded to float32
