@@ -241,6 +241,8 @@ def output_frame(method: str, values: np.ndarray, classes: np.ndarray | None) ->
     class (``proba_<label>``, ``log_proba_<label>``) or per output (``<method>_<j>``)."""
     import pandas as pd
 
+    if isinstance(values, pd.DataFrame):  # set_output(transform="pandas"): its own names
+        return values.reset_index(drop=True)
     if values.ndim == 1:
         return pd.DataFrame({method: values})
     width = values.shape[1]

@@ -43,7 +43,7 @@ from peregrine.frontends.steps import (
     weighted,
 )
 from peregrine.ir import GraphBuilder
-from peregrine.ir.spec import INPUT_ERRORS, ModelSpec
+from peregrine.ir.spec import INPUT_ERRORS, MethodSpec, ModelSpec
 from peregrine.registry import TypeRegistry
 
 
@@ -75,7 +75,7 @@ def model_spec(model: Any, build_head, n_features: int | None = None) -> ModelSp
         sparse_absent = "refuse"  # other steps read the raw input too, with the rule of 0
     return ModelSpec(
         graph=graph,
-        methods=head.methods,
+        methods=frame_output(model, head.methods),
         n_features=int(n),
         source=qualified_name(model),
         feature_names=sklearn_feature_names(model),
@@ -88,6 +88,28 @@ def model_spec(model: Any, build_head, n_features: int | None = None) -> ModelSp
         sparse_nan=ctx.sparse_nan,
         versions={"sklearn": sklearn_version},
     )
+
+
+def frame_output(model: Any, methods: dict[str, MethodSpec]) -> dict[str, MethodSpec]:
+    """``transform`` returning a DataFrame where scikit-learn's does: the estimator whose
+    transform the caller runs (a Pipeline's last step) configured by set_output(transform=
+    "pandas") (MethodSpec.frame_columns). Other containers ("polars") stay arrays."""
+    m = methods.get("transform")
+    if m is None or m.sparse or m.strings:
+        return methods
+    last = model
+    while isinstance(last, Pipeline) and last.steps:
+        last = last.steps[-1][1]
+    try:
+        from sklearn.utils._set_output import _get_output_config
+
+        dense = _get_output_config("transform", last)["dense"]
+    except Exception:  # noqa: BLE001 - a private helper; no config means arrays
+        return methods
+    if dense != "pandas" or not hasattr(model, "get_feature_names_out"):
+        return methods
+    columns = tuple(str(c) for c in model.get_feature_names_out())
+    return {**methods, "transform": replace(m, frame_columns=columns)}
 
 
 def convert_single(model: Any) -> ModelSpec:

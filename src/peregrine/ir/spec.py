@@ -49,6 +49,10 @@ class MethodSpec:
     # is missing ("nan": a float NaN, as ``X != X``; "none": None), the graph's codes unused
     # (SimpleImputer on string columns ending the pipeline: sklearn returns the strings)
     strings: tuple[tuple[int, Any, str], ...] = ()
+    # non-empty: the source returns a pandas DataFrame with these column names (set_output(
+    # transform="pandas"): get_feature_names_out(), the input frame's index); the runtime wraps
+    # the array the same way
+    frame_columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -132,6 +132,8 @@ def save_artifact(path: Any, spec: ModelSpec, *, backend: str, device: str,
             methods[name]["sparse"] = m.sparse
         if m.strings:
             methods[name]["strings"] = [list(t) for t in m.strings]
+        if m.frame_columns:
+            methods[name]["frame_columns"] = list(m.frame_columns)
     body = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -253,8 +255,11 @@ def _spec_from_json(d: dict[str, Any], r: _Reader) -> ModelSpec:
         strings = tuple((int(c), str(f), str(k)) for c, f, k in m.get("strings", ()))
         if any(k not in ("nan", "none") for _, _, k in strings):
             raise ArtifactError(f"method {name}: unknown missing-value kind in {strings!r}")
+        frame_columns = m.get("frame_columns", ())
+        if not all(isinstance(c, str) for c in frame_columns):
+            raise ArtifactError(f"method {name}: frame column names must be strings")
         methods[name] = MethodSpec(m["output"], bool(m["squeeze"]), labels, m["dtype"],
-                                   sparse, strings)
+                                   sparse, strings, tuple(frame_columns))
     return ModelSpec(
         graph=graph,
         methods=methods,

@@ -54,8 +54,28 @@ class _Method:
         # cached on the instance (this descriptor defines no __set__, so the instance dict wins
         # on the next lookup): no new closure per ``model.predict`` attribute access; where the
         # backend offers it, a builtin doing call's online case in machine code instead
-        method = obj.__dict__[name] = obj._entry(name, call, self.__doc__) or call
+        method = obj._entry(name, call, self.__doc__) or call
+        columns = obj.spec.methods[name].frame_columns
+        if columns:  # set_output(transform="pandas"): the array as the source's DataFrame
+            method = _framed(method, columns, self.__doc__)
+        obj.__dict__[name] = method
         return method
+
+
+def _framed(method: Any, columns: tuple[str, ...], doc: str | None) -> Any:
+    """``method`` returning a DataFrame as scikit-learn's pandas output does
+    (``_wrap_in_pandas_container``): these columns, the input frame's index (a default
+    index for other inputs)."""
+    def framed(X: Any) -> Any:
+        import pandas as pd
+
+        out = method(X)
+        index = X.index if isinstance(X, pd.DataFrame) else None
+        return pd.DataFrame(out, columns=list(columns), index=index, copy=False)
+
+    framed.__name__ = getattr(method, "__name__", "transform")
+    framed.__doc__ = doc
+    return framed
 
 
 _FLOAT_NUMS = frozenset({np.dtype(np.float32).num, np.dtype(np.float64).num})
