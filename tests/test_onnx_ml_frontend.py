@@ -120,6 +120,37 @@ def test_linear_classifier_refuses_nan_rows():
         compiled.predict(X)
 
 
+@pytest.mark.parametrize("backend", ["reference", "torch", "native"])
+def test_linear_classifier_behind_an_imputer_takes_nan(backend):
+    """Imputer -> Scaler -> LinearClassifier (skl2onnx's SimpleImputer -> StandardScaler ->
+    LogisticRegression): the imputer replaces every NaN before the scores, so NaN rows are
+    answered as ONNX Runtime answers them; only infinity (which it passes on: inf - inf
+    scores) is refused."""
+    skl2onnx = pytest.importorskip("skl2onnx")
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 4)).astype(np.float32)
+    y = (X[:, 0] + X[:, 1] > 0).astype(int) + (X[:, 2] > 1)
+    pipe = make_pipeline(SimpleImputer(), StandardScaler(), LogisticRegression(max_iter=500))
+    last = pipe.fit(X, y)[-1]
+    onx = skl2onnx.to_onnx(pipe, X[:1], options={id(last): {"zipmap": False}})
+    compiled = peregrine.compile(onx, backend=backend)
+    sess = ort.InferenceSession(onx.SerializeToString(), providers=["CPUExecutionProvider"])
+    rows = X[:60].copy()
+    rows[::4, 1] = np.nan
+    rows[3, :] = np.nan
+    label, proba = sess.run(None, {"X": rows})
+    np.testing.assert_array_equal(compiled.predict(rows), label)
+    np.testing.assert_allclose(compiled.predict_proba(rows), proba, rtol=1e-5, atol=1e-6)
+    rows[5, 2] = np.inf
+    with pytest.raises(InputError, match="infinity"):
+        compiled.predict(rows)
+
+
 def test_file_and_cli(tmp_path, capsys):
     from peregrine.cli import main
 

@@ -43,6 +43,9 @@ class Value:
     dtype: str = "float32"
     const: np.ndarray | None = None
     labels: np.ndarray | None = None
+    # may hold NaN when the input holds NaN (and no infinity): cleared by an Imputer of NaN,
+    # kept by the featurizers that cannot make one from finite values
+    nan: bool = True
 
 
 @dataclass
@@ -53,6 +56,9 @@ class Ctx:
     # cleared by ops whose answer on NaN/inf input Peregrine does not reproduce: the compiled
     # model then rejects such input (InputError) instead of answering differently
     finite_only: bool = False
+    # set where such an op is reached only by NaN-free values (an Imputer in front): the input
+    # may hold NaN, but an infinity (which the imputer passes on) is refused
+    inf_only: bool = False
 
     def get(self, name: str) -> Value:
         if name not in self.values:
@@ -251,7 +257,7 @@ def _concat(node, a, ctx):
     dtype = "float64" if any(p.dtype == "float64" for p in parts) else parts[0].dtype
     # string columns share one vocabulary (the graph's), so their codes concatenate as they are
     set_out(ctx, node, Value(out, width, dtype, labels=parts[0].labels if any(strings)
-                             else None))
+                             else None, nan=any(p.nan for p in parts)))
 
 
 @handles(ML, "ArrayFeatureExtractor")
@@ -264,7 +270,7 @@ def _extract(node, a, ctx):
     if x.labels is not None or x.node is None:
         raise refuse(node, "extraction from labels or constants")
     out = ctx.g.add(Op.SELECT, (x.node,), width=len(cols), columns=cols)
-    set_out(ctx, node, Value(out, len(cols), x.dtype))
+    set_out(ctx, node, Value(out, len(cols), x.dtype, nan=x.nan))
 
 
 # --------------------------------------------------------------- ONNX-ML featurizers --
@@ -283,7 +289,9 @@ def _scaler(node, a, ctx):
         out = ctx.g.add(Op.CENTER_SCALE, (x.node,), width=n, center=offset, scale=inv)
     else:
         out = ctx.g.add(Op.AFFINE, (x.node,), width=n, scale=scale, shift=-offset * scale)
-    set_out(ctx, node, Value(out, n, "float32"))
+    # (x - offset) * scale of finite values: finite (infinity being refused, as below)
+    finite = bool(np.all(np.isfinite(offset)) and np.all(np.isfinite(scale)))
+    set_out(ctx, node, Value(out, n, "float32", nan=x.nan or not finite))
 
 
 @handles(ML, "Normalizer")
@@ -305,7 +313,9 @@ def _imputer(node, a, ctx):
     values = np.broadcast_to(np.asarray(values, np.float64), (x.width,)).copy()
     missing = float(a.get("replaced_value_float", np.nan))
     out = ctx.g.add(Op.IMPUTE, (x.node,), width=x.width, values=values, missing=missing)
-    set_out(ctx, node, Value(out, x.width, x.dtype))
+    # NaN replaced by finite values: none left (an infinity passes on as it is)
+    clears = bool(np.isnan(missing) and np.all(np.isfinite(values)))
+    set_out(ctx, node, Value(out, x.width, x.dtype, nan=x.nan and not clears))
 
 
 @handles(ML, "Binarizer")
@@ -361,8 +371,12 @@ def _linear_classifier(node, a, ctx):
     post = a.get("post_transform", "NONE")
     g = ctx.g
     # NaN scores (NaN input, inf - inf): ONNX Runtime's label then follows its own comparison
-    # loop, not a first-maximum rule; such rows are refused instead
-    ctx.finite_only = True
+    # loop, not a first-maximum rule; such rows are refused instead (only the infinite ones
+    # when an Imputer in front replaces every NaN)
+    if x.nan:
+        ctx.finite_only = True
+    else:
+        ctx.inf_only = True
     scores = g.add(Op.LINEAR, (x.node,), width=k, weight=w, bias=b)
     if k == 1 and len(labels) == 2:
         label = g.add(Op.THRESHOLD, (scores,), dtype="int64", width=1, value=0.0, strict=True)

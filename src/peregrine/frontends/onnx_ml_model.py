@@ -132,7 +132,7 @@ def _spec(model: ModelProto, ctx: Ctx, n_features: int, in_dtype: str,
     return ModelSpec(
         graph=ctx.g.build(outputs), methods=methods, n_features=n_features,
         source=f"onnx.ModelProto ({producer or 'unknown producer'})", feature_names=names,
-        allow_nan=not ctx.finite_only, allow_inf=not ctx.finite_only,
+        allow_nan=not ctx.finite_only, allow_inf=not (ctx.finite_only or ctx.inf_only),
         int_input_dtype="float64" if in_dtype != "float32" else "float32",
         versions={"onnx": onnx.__version__}, category_maps=category_maps,
     )
