@@ -179,8 +179,11 @@ def test_column_transformer_float32_block_then_xgboost(dtype, pandas_out, backen
     compiled = peregrine.compile(model, backend=backend)
     _check(compiled, model, X, f"ct->xgb {dtype} pandas={pandas_out}")
     ct_alone = peregrine.compile(model[0], backend=backend)
-    want = np.asarray(model[0].transform(X))
-    got = ct_alone.transform(X)
+    want_out, got_out = model[0].transform(X), ct_alone.transform(X)
+    if pandas_out:  # set_output: both DataFrames, the same column names
+        assert isinstance(got_out, pd.DataFrame)
+        assert list(got_out.columns) == list(want_out.columns)
+    want, got = np.asarray(want_out), np.asarray(got_out)
     assert got.dtype == want.dtype == np.float64  # hstack with the float64 one-hot block
     np.testing.assert_array_equal(got, want)
 
