@@ -108,7 +108,10 @@ def frame_output(model: Any, methods: dict[str, MethodSpec]) -> dict[str, Method
         return methods
     if dense != "pandas" or not hasattr(model, "get_feature_names_out"):
         return methods
-    columns = tuple(str(c) for c in model.get_feature_names_out())
+    try:
+        columns = tuple(str(c) for c in model.get_feature_names_out())
+    except Exception:  # noqa: BLE001 - no names (a FunctionTransformer without
+        return methods  # feature_names_out): scikit-learn's pandas output fails there too
     return {**methods, "transform": replace(m, frame_columns=columns)}
 
 
