@@ -377,6 +377,25 @@ def test_model_text_numbers_parse_as_python_does():
                 np.testing.assert_array_equal(_ints(tree[key]), want)
 
 
+def test_a_model_text_with_missing_numbers_is_refused():
+    """Each field is parsed across all trees at once, so a tree whose line lost a number (or
+    holds a word) would shift every later tree's nodes: the counts are checked instead."""
+    from peregrine.errors import UnsupportedModelError
+    from peregrine.frontends.lightgbm import forest_from_text
+
+    X = np.random.default_rng(4).normal(size=(300, 3))
+    model = lgb.LGBMRegressor(n_estimators=3, num_leaves=7, verbose=-1).fit(X, X[:, 0])
+    header, trees, _ = parse_model_string(model.booster_.model_to_string())
+    forest_from_text(model, header, trees)  # as written: fine
+    for key, edit in (("threshold", lambda v: v.rsplit(" ", 1)[0]),
+                      ("left_child", lambda v: v.replace(v.split()[0], "x", 1)),
+                      ("leaf_value", lambda v: v + " 0.5")):
+        broken = [dict(t) for t in trees]
+        broken[1][key] = edit(broken[1][key])
+        with pytest.raises(UnsupportedModelError, match=key):
+            forest_from_text(model, header, broken)
+
+
 def test_model_text_is_the_wrappers_text():
     """frontends.lightgbm.model_text (one C call) returns model_to_string()'s text, up to the
     pandas categories the wrapper appends (read from the booster instead): a model over the

@@ -116,7 +116,7 @@ class KernelSource(Protocol):
     """What the jit compiles: a kernel's parameters (``key``, its cache identity), its
     function's name and the LLVM module that defines it. The forest kernels
     (``backends/native/codegen.KernelSpec``) and the fused row kernels (``rowwise.RowSpec``)
-    are two."""
+    are two. A source may also have a ``cost_hint`` (relative compile time, default 1)."""
 
     @property
     def key(self) -> str: ...
@@ -305,7 +305,10 @@ def load_all(specs: list[KernelSource], target: Target | None = None, jobs: int 
     jobs = min(jobs, len(todo))
     if jobs < 2 or not sys.platform.startswith("linux"):
         return 0  # kernel_address compiles them one by one, as it always did
-    keys = list(todo)
+    # longest first: the processes take kernels in turn, so a long one taken last would
+    # leave the others idle (the batch kernels of two input dtypes cost twice the few-rows
+    # ones); KernelSource.cost_hint is optional
+    keys = sorted(todo, key=lambda k: -float(getattr(todo[k], "cost_hint", 1.0)))
     for start in range(0, len(keys), 256):  # the pipe hands out one byte per kernel
         chunk = keys[start:start + 256]
         with tempfile.TemporaryDirectory(prefix="peregrine-build-") as tmp:

@@ -353,6 +353,14 @@ def _entry_address() -> int | None:
         return _state["addr"]
 
 
+def build_with_kernels() -> None:
+    """Inside ``jit.together``: compile the entry's object (model-independent, cached on disk
+    like a kernel) along with the block's kernels, in their processes, rather than alone
+    after them when the first method is planned (0.15-0.25 s of a cold compile)."""
+    if "addr" not in _state:
+        jit.defer([_EntrySource()], lambda: None)
+
+
 def make_entry(name: str, doc: str, fallback: Any, *, n_features: int, max_rows: int,
                width: int, out_stride: int, out_dtype: np.dtype, finite_only: bool,
                kernels: dict[np.dtype, tuple[int, bool, np.ndarray]], slots: dict[str, int],

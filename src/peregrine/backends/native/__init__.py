@@ -106,7 +106,7 @@ def compile_spec(spec: ModelSpec, options: CompileOptions, target=None, *,
     from peregrine.backends.native.executable import NativeExecutable, default_threads
     from peregrine.backends.native.program import ForestProgram
     from peregrine.backends.native.tune import Choice, choose_schedule
-    from peregrine.kernels import jit
+    from peregrine.kernels import jit, pyentry
 
     target = target or jit.Target.host()
     try:
@@ -136,6 +136,7 @@ def compile_spec(spec: ModelSpec, options: CompileOptions, target=None, *,
     # regions' that NativeExecutable makes while it plans each method
     jobs = jit.compile_jobs(threads)
     with jit.together(jobs):
+        pyentry.build_with_kernels()  # every compiled method makes one (its one-row path)
         for prog in programs.values():
             prog.prepare()
     with jit.together(jobs):

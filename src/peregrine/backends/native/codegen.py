@@ -101,6 +101,14 @@ class KernelSpec:
     def symbol(self) -> str:
         return f"peregrine_forest_{self.key}"
 
+    @property
+    def cost_hint(self) -> float:
+        """Relative compile time, for ``jit.load_all``'s order: the walk is emitted once per
+        interleaved row group, and row lanes (batch kernels) carry the row tiling and
+        epilogue loops the tree-lane (few-rows) form has not: LightGBM 500 x 256 leaves,
+        0.65 s against 0.28 s."""
+        return self.interleave * (2.0 if self.lanes == "rows" else 1.0)
+
 
 def build_module(spec: KernelSpec, triple: str = "") -> ir.Module:
     module = ir.Module(name=spec.symbol)
