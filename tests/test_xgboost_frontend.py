@@ -297,6 +297,35 @@ def test_pandas_frames_are_recoded_like_xgboost():
     np.testing.assert_allclose(c.predict(subset), model.predict(subset), rtol=RTOL, atol=ATOL)
 
 
+def test_unseen_pandas_categories_are_refused():
+    """XGBoost 3.x raises for a category it was not trained on when it lies past the largest
+    training category, and inside the range answers for the next larger one (its lower-bound
+    search has no equality check); a value unseen at fit time is an InputError here in both
+    cases, naming the column and the row. Known values in a frame whose dtype lists extra,
+    unused categories are answered (XGBoost refuses the whole frame)."""
+    model, df = _pandas_model()
+    c = compiled(model)
+    rows = df.iloc[:6].copy()
+    for column, unseen, cats in (("color", "amber", ["amber", "blue", "green", "plum", "red",
+                                                     "teal"]),
+                                 ("color", "zinc", ["blue", "green", "plum", "red", "teal",
+                                                    "zinc"]),
+                                 ("level", 15, [10, 15, 20, 30]),
+                                 ("level", 99, [10, 20, 30, 99])):
+        bad = rows.copy()
+        values = bad[column].astype(object).to_numpy().copy()
+        values[3] = unseen
+        bad[column] = pd.Categorical(values, categories=cats)
+        with pytest.raises(InputError, match=rf"column '{column}' holds .*{unseen}.* \(row 3\)"):
+            c.predict(bad)
+        if unseen in ("zinc", 99):  # past the largest: XGBoost raises too
+            with pytest.raises(Exception, match="not in the training set"):
+                model.predict(bad)
+        known = bad.drop(index=bad.index[3])  # the extra category listed, not used
+        np.testing.assert_allclose(c.predict(known), model.predict(rows.drop(index=rows.index[3])),
+                                   rtol=RTOL, atol=ATOL)
+
+
 def test_numpy_codes_for_pandas_trained_model():
     model, df = _pandas_model()
     X = np.column_stack([df["x"], df["color"].cat.codes, df["level"].cat.codes]).astype(float)

@@ -301,6 +301,11 @@ def _spec(model: Any, parsed: Parsed, graph, methods, *, allow_inf: bool) -> Mod
         graph=graph, methods=methods, n_features=parsed.n_features,
         source=qualified_name(model), feature_names=parsed.feature_names,
         allow_nan=True, allow_inf=allow_inf, category_maps=parsed.category_maps,
+        # XGBoost 3.x re-codes a DataFrame's categories into the training ones and raises
+        # "Found a category not in the training set" (docs/frontends/xgboost.md: past the
+        # largest one; inside the range its lower-bound search answers for the next larger
+        # category instead): an unseen category is an InputError here, never a guess
+        category_unknown_error=frozenset(parsed.category_maps),
         # a DMatrix built from CSR/CSC/COO stores only the present entries: absent ones are
         # missing (default direction), not 0 (docs/sparse.md)
         sparse_absent="nan", versions={"xgboost": xgboost.__version__},

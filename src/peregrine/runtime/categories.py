@@ -90,7 +90,8 @@ def _finish(pos: np.ndarray, missing: np.ndarray, categories: tuple, values: Any
             value = values[r]
             raise InputError(
                 f"column {name!r} holds {value!r} (row {r}), a category unseen at fit "
-                "time; the model's encoder has handle_unknown='error'"
+                "time, which the model rejects (a scikit-learn encoder with "
+                "handle_unknown='error', or XGBoost's categorical features)"
             )
     codes = pos.astype(np.float64)
     if not split and missing.any():
