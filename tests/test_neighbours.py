@@ -184,3 +184,35 @@ def test_whitened_metrics_refuse_what_sklearn_computes_differently():
                                 algorithm="brute").fit(x, x[:, 0])
     with pytest.raises(UnsupportedModelError, match="seuclidean"):
         peregrine.compile(model, "reference")
+
+
+@pytest.mark.parametrize("algorithm", ["kd_tree", "ball_tree", "brute"])
+def test_ties_at_the_kth_neighbour_take_the_lowest_index(algorithm):
+    """Where the k-th and the (k+1)-th nearest fitted rows are at the same distance, which of
+    them counts is an implementation detail of scikit-learn (the KD or ball tree's traversal,
+    the brute search's heaps) on which its own algorithms disagree; the compiled model takes
+    the lowest index (docs/exactness.md, "Nearest neighbours: ties"). Every other row gets
+    scikit-learn's answer exactly. Integer-valued features, where such ties are common."""
+    from sklearn.neighbors import KNeighborsClassifier
+
+    import peregrine
+
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 8, size=(500, 3)).astype(float)
+    y = rng.integers(0, 3, 500)
+    rows = rng.integers(0, 8, size=(300, 3)).astype(float)
+    k = 5
+    model = KNeighborsClassifier(k, algorithm=algorithm).fit(x, y)
+    fast = peregrine.compile(model, "native")
+    d = np.sqrt(((rows[:, None, :] - x[None, :, :]) ** 2).sum(-1))
+    order = np.argsort(d, axis=1, kind="stable")
+    edge = np.take_along_axis(d, order[:, k - 1 : k + 1], axis=1)
+    untied = edge[:, 0] < edge[:, 1]
+    assert 30 < untied.sum() < len(rows) - 30  # both kinds of rows are there
+    np.testing.assert_array_equal(fast.predict_proba(rows[untied]),
+                                  model.predict_proba(rows[untied]))
+    np.testing.assert_array_equal(fast.predict(rows[untied]), model.predict(rows[untied]))
+    votes = y[order[:, :k]]  # the lowest-index k nearest, every row
+    want = np.stack([(votes == c).sum(1) for c in range(3)], axis=1) / k
+    np.testing.assert_array_equal(fast.predict_proba(rows), want)
+    np.testing.assert_array_equal(fast.predict(rows), model.classes_[np.argmax(want, axis=1)])
