@@ -8,10 +8,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from sklearn.compose import ColumnTransformer
-from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier
+from sklearn.ensemble import (
+    GradientBoostingClassifier,
+    HistGradientBoostingClassifier,
+    RandomForestClassifier,
+)
 from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import FunctionTransformer, PolynomialFeatures, StandardScaler
+from sklearn.preprocessing import (
+    FunctionTransformer,
+    PolynomialFeatures,
+    PowerTransformer,
+    StandardScaler,
+)
 from sklearn.tree import DecisionTreeClassifier
 
 import peregrine
@@ -40,6 +49,10 @@ def _pipelines():
         "scaler_logistic": make_pipeline(StandardScaler(), LogisticRegression()),
         "poly_logistic": make_pipeline(PolynomialFeatures(3), StandardScaler(),
                                        LogisticRegression(max_iter=500)),
+        # PowerTransformer's own StandardScaler re-validates the powers (NaN allowed):
+        # one that overflowed to infinity raises there; HistGradientBoosting takes anything
+        "power_hgb": make_pipeline(StandardScaler(), PowerTransformer(),
+                                   HistGradientBoostingClassifier(max_iter=5)),
     }
 
 

@@ -102,6 +102,9 @@ def step_power(est: Any, ctx: Context, flow: Flow) -> Flow:
                    lambdas=np.asarray(est.lambdas_, dtype=np.float64))
     if est.standardize:
         sc = est._scaler  # the fitted StandardScaler (no public alias)
+        # whose transform re-validates (check_array, allow-nan): a power that overflowed to
+        # infinity raises there ("Input X contains infinity"), NaN passes
+        ctx.reject_inf(out, est)
         out = _columns(ctx, out, Op.CENTER_SCALE, center=np.asarray(sc.mean_, np.float64),
                        scale=np.asarray(sc.scale_, np.float64))
     return out
