@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sklearn.calibration import CalibratedClassifierCV
 from sklearn.compose import ColumnTransformer
 from sklearn.ensemble import (
     GradientBoostingClassifier,
@@ -21,6 +22,7 @@ from sklearn.preprocessing import (
     PowerTransformer,
     StandardScaler,
 )
+from sklearn.svm import LinearSVC
 from sklearn.tree import DecisionTreeClassifier
 
 import peregrine
@@ -53,6 +55,9 @@ def _pipelines():
         # one that overflowed to infinity raises there; HistGradientBoosting takes anything
         "power_hgb": make_pipeline(StandardScaler(), PowerTransformer(),
                                    HistGradientBoostingClassifier(max_iter=5)),
+        # an isotonic calibrator re-validates its member's scores (finite only): a decision
+        # value that overflowed raises there, where the sigmoid calibrator answers
+        "calibrated_isotonic": CalibratedClassifierCV(LinearSVC(), method="isotonic", cv=3),
     }
 
 

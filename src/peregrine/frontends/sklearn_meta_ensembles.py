@@ -236,6 +236,9 @@ def _calibrated(model: Any, cc: Any, ctx: Context, flow: Flow, classes: np.ndarr
         p = ctx.g.add(Op.LINK, (lin,), width=width, kind=Link.SIGMOID, scale=-1.0)
         isotonic = False
     elif all(isinstance(c, IsotonicRegression) for c in cals):
+        # IsotonicRegression.predict re-validates the scores (check_array, finite only): a
+        # decision value that overflowed to infinity raises there (the sigmoid takes it)
+        ctx.guard(Flow(pred, (None,) * width), model, "inf+nan")
         # clip to [X_min_, X_max_] then np.interp: the thresholds start and end at X_min_ and
         # X_max_, so interp with left/right = the end values gives the same numbers
         xp = [np.asarray(c.X_thresholds_, dtype=np.float64) for c in cals]
