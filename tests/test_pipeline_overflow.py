@@ -8,13 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from sklearn.calibration import CalibratedClassifierCV
-from sklearn.compose import ColumnTransformer
+from sklearn.compose import ColumnTransformer, TransformedTargetRegressor
 from sklearn.ensemble import (
     GradientBoostingClassifier,
     HistGradientBoostingClassifier,
     RandomForestClassifier,
 )
-from sklearn.linear_model import LogisticRegression
+from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import (
     FunctionTransformer,
@@ -93,6 +93,37 @@ def test_raises_where_sklearn_raises(name, backend, passes):
                 raised += 1
             else:
                 np.testing.assert_array_equal(c.predict(rows), want_rows)
+                answered += 1
+    assert raised and answered
+
+
+# inverse_transform re-validates the regressor's predictions: a scaler refuses infinity,
+# TransformedTargetRegressor's own FunctionTransformer (func/inverse_func) NaN too
+REGRESSORS = {
+    "target_scaler": TransformedTargetRegressor(LinearRegression(),
+                                                transformer=StandardScaler()).fit(X, y),
+    "target_func": TransformedTargetRegressor(LinearRegression(), func=np.log1p,
+                                              inverse_func=np.expm1).fit(X, y),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(REGRESSORS))
+def test_regressor_raises_where_sklearn_raises(name, backend):
+    p = REGRESSORS[name]
+    c = peregrine.compile(p, backend=backend)
+    np.testing.assert_allclose(c.predict(X), p.predict(X), rtol=1e-5, atol=1e-6)
+    raised = answered = 0
+    for Xt in _cases():
+        want = sklearn_predict_or_none(p, Xt)
+        for rows in (Xt, Xt[2:3]):
+            if want is None:
+                with pytest.raises(InputError, match="row"):
+                    c.predict(rows)
+                raised += 1
+            else:
+                want_rows = want if rows is Xt else want[2:3]
+                np.testing.assert_allclose(c.predict(rows), want_rows, rtol=1e-5, atol=1e-6)
                 answered += 1
     assert raised and answered
 

@@ -71,6 +71,15 @@ def _inverse(model: Any, trans: Any, ctx: Context, node: str, width: int) -> str
                       "FunctionTransformer/func+inverse_func with numpy ufuncs")
 
 
+def _revalidates(trans: Any) -> str:
+    """What ``trans.inverse_transform`` refuses in the predictions (a guard kind, or ""): the
+    scalers' check_array allows NaN, not infinity; a validating FunctionTransformer (the one
+    TransformedTargetRegressor makes of func/inverse_func) refuses both."""
+    if isinstance(trans, FunctionTransformer):
+        return "inf+nan" if trans.validate else ""
+    return "inf"
+
+
 @register_head(TransformedTargetRegressor)
 def head_transformed_target(model: TransformedTargetRegressor, ctx: Context,
                             flow: Flow) -> Head:
@@ -78,6 +87,9 @@ def head_transformed_target(model: TransformedTargetRegressor, ctx: Context,
     head = sub_head(model, model.regressor_, ctx, flow, "predict")
     pred = head.outputs["predict"]
     width = node_width(ctx, pred)
+    kind = _revalidates(model.transformer_)
+    if kind:  # a prediction that overflowed raises in inverse_transform's check_array
+        ctx.guard(Flow(pred, (None,) * width), model, kind)
     out = _inverse(model, model.transformer_, ctx, pred, width)
     # predict squeezes (n, 1) back to 1-D when fit saw a 1-D y (_training_dim, set by fit)
     squeeze = getattr(model, "_training_dim", 1) == 1 and width == 1
