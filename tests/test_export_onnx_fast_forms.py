@@ -242,8 +242,10 @@ def test_rbf_kernel_folded_into_the_dual_coefficients(tmp_path):
         rows = _rbf_rows(m, X, rng)
         model, got = _export(m, tmp_path, rows, methods)
         ops = _ops(model)
-        # the kernel, then the coefficients' Gemm (OneVsOne votes after it use Mul and Max)
-        assert ops[:5] == ["ReduceSumSquare", "Concat", "MatMul", "Exp", "Gemm"], (m, ops)
+        # the kernel (0 where |x|^2 overflowed: IsInf, Where), then the coefficients' Gemm
+        # (OneVsOne votes after it use Mul and Max)
+        assert ops[:7] == ["ReduceSumSquare", "Concat", "MatMul", "Exp", "IsInf", "Where",
+                           "Gemm"], (m, ops)
         want = m.predict(rows)
         if want.dtype.kind == "i":  # labels (SVR's predict is a value)
             np.testing.assert_array_equal(got["predict"], want)

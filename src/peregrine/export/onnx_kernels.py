@@ -20,6 +20,7 @@ from onnx import TensorProto
 
 from peregrine.export.onnx_graph import Emitter, lowering
 from peregrine.ir.ops import Op, class_pairs
+from peregrine.ir.semantics.kernels import far_rows_vanish
 
 DOUBLE = TensorProto.DOUBLE
 
@@ -87,7 +88,7 @@ def _rbf_folds(e: Emitter, n: Any, v: np.ndarray, gamma: float) -> bool:
     return True
 
 
-def _rbf_folded(e: Emitter, x: str, v: np.ndarray, gamma: float) -> str:
+def _rbf_folded(e: Emitter, x: str, xx: str, v: np.ndarray, gamma: float) -> str:
     """exp(-gamma |x - v|^2) = exp(t) * exp(-gamma |v|^2) with t = 2 gamma x.v - gamma |x|^2:
     ReduceSumSquare, Concat [x, |x|^2], one MatMul against [2 gamma v; -gamma] (gamma is no
     float32, so not Gemm's beta) and Exp, four nodes where the distance form takes six; the
@@ -104,10 +105,24 @@ def _rbf_folded(e: Emitter, x: str, v: np.ndarray, gamma: float) -> str:
     clamp at 0 (a kernel value above 1 by rounding) is within the same bound. NaN stays
     NaN."""
     g = e.op("MatMul", [
-        e.op("Concat", [x, _row_sumsq(e, x)], axis=1),
+        e.op("Concat", [x, xx], axis=1),
         e.const(np.vstack([(2.0 * gamma * v).T, np.full((1, len(v)), -gamma)]))])
     out = e.op("Exp", [g])
     e.column_scales[out] = np.exp(-gamma * np.einsum("ij,ij->i", v, v))
+    return out
+
+
+def _far_rows(e: Emitter, n: Any, xx: str, v: np.ndarray, gamma: float, k: str) -> str:
+    """libsvm's rbf is 0 on a row whose |x|^2 overflowed (a feature past ~1.3e154), where
+    both expanded forms compute inf - inf: those rows answer 0 (IsInf, Where), which is
+    their exact value where ``far_rows_vanish`` proves it (any gamma a fitted SVM has; a
+    model outside that bound keeps the expanded form: docs/exactness.md). scikit-learn's
+    pairwise form (KernelPCA) computes the expanded distance itself, NaN included."""
+    if n.attrs.form != "libsvm" or not far_rows_vanish(v, gamma):
+        return k
+    out = e.op("Where", [e.op("IsInf", [xx]), e.const(_k(0.0)), k])
+    if k in e.column_scales:  # the folded form's factors apply to the zeros alike
+        e.column_scales[out] = e.column_scales.pop(k)
     return out
 
 
@@ -116,8 +131,10 @@ def lower_kernel(e: Emitter, n: Any, ins: list[str]) -> str:
     a, x = n.attrs, ins[0]
     v = np.asarray(a.vectors, np.float64)
     gamma, coef0 = float(a.gamma), float(a.coef0)
+    if a.kind == "rbf":
+        xx = _row_sumsq(e, x)
     if a.kind == "rbf" and _rbf_folds(e, n, v, gamma):
-        return _rbf_folded(e, x, v, gamma)
+        return _far_rows(e, n, xx, v, gamma, _rbf_folded(e, x, xx, v, gamma))
     if a.kind == "rbf":
         # |x|^2 - 2 x.v + |v|^2 in three nodes where it took seven (each about half a
         # microsecond at one row): the -2 folded into the vectors (a power of two: every
@@ -127,8 +144,8 @@ def lower_kernel(e: Emitter, n: Any, ins: list[str]) -> str:
         # give the same exp)
         vv = np.einsum("ij,ij->i", v, v).reshape(1, -1)
         d = e.op("Gemm", [x, e.const((-2.0 * v).T.copy()), e.const(vv)])
-        d = e.op("Max", [e.op("Add", [d, _row_sumsq(e, x)]), e.const(_k(0.0))])
-        k = e.op("Exp", [e.op("Mul", [d, e.const(_k(-gamma))])])
+        d = e.op("Max", [e.op("Add", [d, xx]), e.const(_k(0.0))])
+        k = _far_rows(e, n, xx, v, gamma, e.op("Exp", [e.op("Mul", [d, e.const(_k(-gamma))])]))
     elif a.kind == "cosine":
         k = e.op("MatMul", [_l2_rows(e, x), e.const(_np_l2_rows(v).T.copy())])
     else:

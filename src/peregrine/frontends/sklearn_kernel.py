@@ -277,6 +277,12 @@ def step_kernel_pca(est: Any, ctx: Context, flow: Flow) -> Flow:
                      degree=float(est.degree), form="pairwise",
                      center_rows=_f64(centerer.K_fit_rows_),
                      center_all=float(centerer.K_fit_all_))
+    # KernelCenterer.transform re-validates the kernel (check_array, finite only): a huge row
+    # makes sklearn's expanded rbf distance inf - inf = NaN and a poly kernel overflow, and
+    # scikit-learn raises there. Guarded after the centering, which is non-finite exactly
+    # where the kernel is, short of a centering that overflows a finite kernel past ~1e307
+    # (docs/exactness.md, "Values a later step re-validates")
+    ctx.guard(Flow(kern, (None,) * fit_x.shape[0]), est, "inf+nan")
     vec, val = _f64(est.eigenvectors_), _f64(est.eigenvalues_)
     nz = np.flatnonzero(val)  # null-space components project to 0, as sklearn
     alphas = np.zeros_like(vec)

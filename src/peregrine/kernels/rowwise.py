@@ -35,6 +35,7 @@ import numpy as np
 from llvmlite import ir
 
 from peregrine.ir import Graph, Link, Op
+from peregrine.ir.semantics.kernels import far_rows_vanish
 from peregrine.ir.semantics.pipeline import float32_params
 from peregrine.ir.semantics.row_sums import row_sum_program
 from peregrine.kernels.rowwise_emit import RBF_CHUNK, Emitter
@@ -230,12 +231,17 @@ def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:
         v = np.asarray(a.vectors, dtype=np.float64)
         if v.shape != (w, win) or v.size > MAX_KERNEL_VALUES:
             return None
+        # libsvm's form: a row whose |x|^2 overflows is answered 0 (its exact value) instead
+        # of inf - inf; where 0 might not be exact (a tiny gamma) the rules' path recomputes
+        far = a.form == "libsvm"
+        if far and not far_rows_vanish(v, float(a.gamma)):
+            return None
         pad = -(-w // RBF_CHUNK) * RBF_CHUNK  # whole chunks: the padding vectors are zeros
         vt = np.zeros((win, pad))
         vt[:, :w] = v.T
         vv = np.zeros(pad)
         vv[:w] = np.einsum("ij,ij->i", v, v)
-        return {"op": "rbf", "VT": param(vt), "vv": param(vv), "pad": pad,
+        return {"op": "rbf", "VT": param(vt), "vv": param(vv), "pad": pad, "far": far,
                 "g": float(a.gamma), "sum": row_sum_program("einsum", win, np.float64)}
     return None
 

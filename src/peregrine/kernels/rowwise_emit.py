@@ -253,7 +253,10 @@ class Emitter:
         zero = self.const(0.0, c)
         d = b.select(b.fcmp_ordered("<", d, zero), zero, d)  # np.maximum: NaN stays NaN
         out = gep(b, buf, [ir.Constant(I32, 0), k], source_etype=buf.allocated_type)
-        b.store(self.exp(b.fmul(d, self.const(-s["g"], c))), out, align=8)
+        kv = self.exp(b.fmul(d, self.const(-s["g"], c)))
+        if s.get("far"):  # |x|^2 overflowed: libsvm's value is 0 (rowwise.py, far_rows_vanish)
+            kv = b.select(b.fcmp_ordered("==", xx, self.const(float("inf"), c)), zero, kv)
+        b.store(kv, out, align=8)
         k_next = b.add(k, ir.Constant(I64, c))
         k.add_incoming(k_next, b.block)
         b.cbranch(b.icmp_signed("<", k_next, ir.Constant(I64, pad)), body, after)

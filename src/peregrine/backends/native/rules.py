@@ -7,7 +7,8 @@ KERNEL, rbf with libsvm's form: the reference sums squared differences pair by p
 ``|x|^2 - 2 x.v + |v|^2`` (one BLAS product), as the torch backend computes it. The two differ
 by rounding only (about 1e-16 (|x|^2 + |v|^2) in the distance), inside the conformance
 tolerances the suite checks for both backends; 1M rows against 485 support vectors went from
-25 s to 1.6 s (benchmark run 5).
+25 s to 1.6 s (benchmark run 5). A row whose |x|^2 overflows (a feature past ~1.3e154) would
+be inf - inf there: those rows are recomputed by differences (``rbf_fast_libsvm``).
 
 A PyTorch network's ops (DENSE, ACTIVATION, BATCH_NORM; issue #15 item 4) run torch's own
 kernels where torch is installed (``kernels/torch_nn.py``, as the torch backend does): the
@@ -26,7 +27,7 @@ from functools import partial
 import numpy as np
 
 from peregrine.ir import Node, Op
-from peregrine.ir.semantics.kernels import rbf_expanded
+from peregrine.ir.semantics.kernels import rbf_expanded, rbf_fast_libsvm
 from peregrine.options import CompileOptions
 
 NETWORK_OPS = {Op.DENSE: "dense", Op.ACTIVATION: "activation", Op.BATCH_NORM: "batch_norm"}
@@ -41,7 +42,8 @@ def prepare(node: Node, options: CompileOptions) -> Callable[[list], np.ndarray]
     if node.op is Op.KERNEL and a.kind == "rbf" and a.center_rows is None:
         v = np.ascontiguousarray(a.vectors, dtype=np.float64)
         vv, gamma = np.einsum("ij,ij->i", v, v), float(a.gamma)  # |v|^2: rbf_expanded's
-        return lambda ins: rbf_expanded(np.asarray(ins[0], dtype=np.float64), v, gamma, vv)
+        fn = rbf_fast_libsvm if a.form == "libsvm" else rbf_expanded
+        return lambda ins: fn(np.asarray(ins[0], dtype=np.float64), v, gamma, vv)
     return partial(run, node, options=options)
 
 
@@ -55,7 +57,8 @@ def run(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
         return run_ctr(node, ins, options)
     if node.op is Op.KERNEL and a.kind == "rbf" and a.center_rows is None:
         x = np.asarray(ins[0], dtype=np.float64)
-        return rbf_expanded(x, np.asarray(a.vectors, dtype=np.float64), float(a.gamma))
+        fn = rbf_fast_libsvm if a.form == "libsvm" else rbf_expanded
+        return fn(x, np.asarray(a.vectors, dtype=np.float64), float(a.gamma))
     if node.op in NETWORK_OPS and _TORCH:
         from peregrine.kernels.torch_nn import run_numpy
 

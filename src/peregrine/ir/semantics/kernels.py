@@ -107,6 +107,45 @@ def rbf_expanded(x: np.ndarray, v: np.ndarray, gamma: float,
     return np.exp(d, out=d)
 
 
+def rbf_libsvm_rows(x: np.ndarray, v: np.ndarray, gamma: float) -> np.ndarray:
+    """libsvm's k_function rbf, exp(-gamma * sum((x - v)**2)), pair by pair (the rule's own
+    form): for the rows the expanded form cannot serve (``overflowed_rows``)."""
+    return np.exp(-gamma * _pair_diffs(x, v, lambda d: np.einsum("ijk,ijk->ij", d, d)))
+
+
+def overflowed_rows(x: np.ndarray) -> np.ndarray:
+    """Rows whose |x|^2 overflows to infinity (a finite feature past ~1.3e154): there the
+    expanded distance |x|^2 - 2 x.v + |v|^2 is inf - inf = NaN, where libsvm's differences
+    give a distance of infinity (or a huge finite one) and a kernel value of 0. NaN rows
+    (NaN either way) are not among them."""
+    with np.errstate(over="ignore"):
+        return np.isinf(np.einsum("ij,ij->i", x, x))
+
+
+def rbf_fast_libsvm(x: np.ndarray, v: np.ndarray, gamma: float,
+                    vv: np.ndarray | None = None) -> np.ndarray:
+    """libsvm's rbf as the backends serve it: the expanded form (one BLAS product, rounding
+    only: ~1e-16 (|x|^2 + |v|^2) in the distance) and the few rows whose |x|^2 overflows
+    recomputed pair by pair, as the rule does them."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        k = rbf_expanded(x, v, gamma, vv)
+    far = overflowed_rows(x)
+    if far.any():
+        k[far] = rbf_libsvm_rows(x[far], v, gamma)
+    return k
+
+
+def far_rows_vanish(v: np.ndarray, gamma: float) -> bool:
+    """Whether libsvm's rbf is exactly 0 for every row whose |x|^2 overflows: such a row has a
+    feature with x_j^2 > DBL_MAX / (2 d) (the 2: rounding of the sum), so its distance to
+    every vector is at least (sqrt(DBL_MAX / (2 d)) - max |v|)^2, and exp(-gamma * that)
+    underflows to 0 past -745.2. Where this holds, a kernel that cannot branch per row (a
+    fused row kernel, an exported graph) may answer 0 for those rows instead of inf - inf."""
+    d = max(int(v.shape[1]), 1)
+    reach = np.sqrt(np.finfo(np.float64).max / (2 * d)) - float(np.max(np.abs(v), initial=0.0))
+    return bool(gamma > 0 and reach > 0 and gamma * reach * reach > 746.0)
+
+
 @define(Op.KERNEL)
 class Kernel(Attrs):
     """(n, d) -> (n, m): the kernel ``kind`` of each row against each of the m ``vectors``.
@@ -146,7 +185,7 @@ class Kernel(Attrs):
         x, v, kind = f64(ins[0]), f64(self.vectors), self.kind
         gamma, coef0, libsvm = float(self.gamma), float(self.coef0), self.form == "libsvm"
         if kind == "rbf" and libsvm:  # k_function: exp(-gamma * dot(x - v, x - v))
-            k = np.exp(-gamma * _pair_diffs(x, v, lambda d: np.einsum("ijk,ijk->ij", d, d)))
+            k = rbf_libsvm_rows(x, v, gamma)
         elif kind == "rbf":
             k = rbf_expanded(x, v, gamma)
         elif kind == "cosine":
