@@ -148,7 +148,8 @@ def _spec(model: Any, text: TextSpec, rest: list[Any]) -> ModelSpec:
                          allow_inf=False, text=text, versions={"sklearn": sklearn_version})
     x = g.input(text.n_features)
     ctx = Context(g)
-    flow = Flow(x, (None,) * text.n_features, nan=False, keeps_dtype=False)
+    # S is a csr_matrix: XGBoost reads its absent entries as missing (steps._absent_as_missing)
+    flow = Flow(x, (None,) * text.n_features, nan=False, keeps_dtype=False, sparse="csr")
     for est in rest[:-1]:
         flow = convert_step(est, ctx, flow)
     head = convert_head(rest[-1], ctx, flow)
@@ -165,9 +166,19 @@ def _split(graph: Graph, text: TextSpec, model: Any) -> tuple[Graph, TextSpec]:
     the input is a LINEAR layer (its weights become the projection; it keeps its bias as an
     AFFINE shift, added after the product as sklearn adds intercept_ / class_log_prior_), a
     BINARIZE feeding only LINEAR layers (BernoulliNB: binarized counts), or a tree ensemble
-    (the columns its splits read are gathered, its features renumbered)."""
+    (the columns its splits read are gathered, its features renumbered; XGBoost's through the
+    IMPUTE reading absent entries as missing), each possibly behind a selector's SELECT."""
     inp = x = next(n for n in graph.nodes if n.op is Op.INPUT)
     readers = [n for n in graph.nodes if x.name in n.inputs]
+    # a selector's columns (SelectKBest(chi2) on the counts): the reading below goes through
+    # them; increasing, so the kept entries of each row are met in S's index order
+    chosen = sel = None
+    if len(readers) == 1 and readers[0].op is Op.SELECT:
+        cols = np.asarray(readers[0].attrs.columns, dtype=np.int64).reshape(-1)
+        if cols.size and np.all(np.diff(cols) > 0):
+            chosen, sel = cols, readers[0]
+            x = sel
+            readers = [n for n in graph.nodes if x.name in n.inputs]
     binarize = None
     if len(readers) == 1 and readers[0].op is Op.BINARIZE:
         b = readers[0]
@@ -176,10 +187,20 @@ def _split(graph: Graph, text: TextSpec, model: Any) -> tuple[Graph, TextSpec]:
             raise unsupported(model, f"binarize threshold {thr} < 0 on sparse counts")
         binarize, x = b, b
         readers = [n for n in graph.nodes if b.name in n.inputs]
+    absent = None
+    if len(readers) == 1 and _absent_is_missing(readers[0]):
+        absent = readers[0]  # XGBoost: S's absent entries (its zeros) read as missing
+        readers = [n for n in graph.nodes if absent.name in n.inputs]
     nodes = {n.name: n for n in graph.nodes}
-    if readers and all(n.op is Op.LINEAR for n in readers):  # shared: ir/linear_split.py
-        drop = (inp.name,) if binarize is None else (inp.name, binarize.name)
+    if absent is None and readers and all(n.op is Op.LINEAR for n in readers):
+        drop = tuple(n.name for n in (inp, sel, binarize) if n is not None)
         out, proj = split_linear(graph, x.name, readers, drop)
+        if chosen is not None:
+            # the rows of the unselected terms are 0: scipy's product adds data * 0 = +-0 for
+            # them, which leaves every partial sum as it was (signed zeros aside)
+            full = np.zeros((text.n_features, proj.shape[1]))
+            full[chosen] = proj
+            proj = full
         return out, dataclasses.replace(text, projection=proj,
                                         binarize=None if binarize is None else
                                         float(binarize.attrs.threshold))
@@ -188,28 +209,41 @@ def _split(graph: Graph, text: TextSpec, model: Any) -> tuple[Graph, TextSpec]:
             n.attrs.forest.feature[n.attrs.forest.feature >= 0] for n in readers]))
         cols = used.astype(np.int64) if used.size else np.zeros(1, dtype=np.int64)
         new_x = Node("X", Op.INPUT, (), {}, "float64", int(cols.size))
+        gather = cols if chosen is None else chosen[cols]  # S's own column numbers
         for n in readers:
             f = n.attrs.forest
             feature = f.feature.copy()
             inner = feature >= 0
             feature[inner] = np.searchsorted(cols, feature[inner]).astype(feature.dtype)
             forest = dataclasses.replace(f, feature=feature, n_features=int(cols.size))
-            nodes[n.name] = dataclasses.replace(n, attrs=dataclasses.replace(n.attrs,
-                                                                             forest=forest))
-        text = dataclasses.replace(text, columns=cols)
+            inputs = tuple("X" if sel is not None and i == sel.name else i for i in n.inputs)
+            nodes[n.name] = dataclasses.replace(n, inputs=inputs,
+                                                attrs=dataclasses.replace(n.attrs, forest=forest))
+        text = dataclasses.replace(text, columns=gather)
+        if absent is not None:  # the same 0 -> NaN on the gathered columns alone
+            nodes[absent.name] = _node(absent.name, Op.IMPUTE, ("X",), int(cols.size),
+                                       values=np.full(cols.size, np.nan), missing=0.0)
     else:
         ops = sorted({n.op.name for n in readers})
         raise UnsupportedModelError(
             f"{qualified_name(model)}: after a text vectorizer the document-term matrix may be "
             f"read only by linear layers or tree ensembles, not {', '.join(ops) or 'nothing'} "
             "(the matrix is sparse and never made dense)")
-    for gone in {inp.name} | ({binarize.name} if binarize is not None else set()):
+    for gone in {n.name for n in (inp, sel, binarize) if n is not None}:
         nodes.pop(gone, None)
     nodes["X"] = new_x
     out = Graph(tuple(nodes[n] for n in ["X"] + [n for n in nodes if n != "X"]),
                 dict(graph.outputs))
     verify(out)
     return out, text
+
+
+def _absent_is_missing(n: Node) -> bool:
+    """The IMPUTE 0 -> NaN steps._absent_as_missing puts before XGBoost reading a sparse
+    matrix. S stores no zeros (counts, TF-IDF weights and hashed sums that cancel are all
+    dropped), so its zeros are exactly its absent entries."""
+    return (n.op is Op.IMPUTE and float(n.attrs.missing) == 0.0
+            and bool(np.all(np.isnan(np.asarray(n.attrs.values, dtype=np.float64)))))
 
 
 def _node(name: str, op: Op, inputs: tuple[str, ...], width: int, **attrs: Any) -> Node:

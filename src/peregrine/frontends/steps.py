@@ -262,11 +262,12 @@ def _sparse_after(est: Any, flow: Flow) -> str:
     matrix (OneHotEncoder(sparse_output=True): the others with a sparse option are refused in
     the middle of a pipeline), kept by the selectors (a column subset of a CSR is a CSR),
     unknown ("maybe") after any other step reading a sparse matrix."""
+    from sklearn.decomposition import PCA, TruncatedSVD
     from sklearn.feature_selection import SelectorMixin
 
     if sparse_format(est):
         return "csr"
-    if not flow.sparse:
+    if not flow.sparse or isinstance(est, (PCA, TruncatedSVD)):  # a dense projection
         return ""
     return flow.sparse if isinstance(est, SelectorMixin) else "maybe"
 
