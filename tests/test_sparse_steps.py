@@ -23,6 +23,7 @@ from sklearn.pipeline import make_pipeline, make_union
 from sklearn.preprocessing import (
     FunctionTransformer,
     MaxAbsScaler,
+    Normalizer,
     OneHotEncoder,
     StandardScaler,
 )
@@ -146,14 +147,27 @@ def test_feature_union_with_a_sparse_part_transform():
 
 
 def test_xgboost_behind_a_step_of_unknown_format_is_refused():
-    """A step that reads the sparse matrix and is not known to keep it sparse (MaxAbsScaler
-    keeps it, TruncatedSVD does not: which one XGBoost gets decides what a zero means)."""
+    """A step that reads the sparse matrix and is not known to keep it sparse (Normalizer is
+    not listed; TruncatedSVD makes it dense: which one XGBoost gets decides what a zero
+    means)."""
+    import xgboost as xgb
+
+    model = make_pipeline(_ct(), Normalizer(),
+                          xgb.XGBClassifier(n_estimators=5)).fit(TRAIN, Y)
+    with pytest.raises(UnsupportedModelError, match="absent entries as missing"):
+        peregrine.compile(model, backend="reference")
+
+
+def test_xgboost_behind_a_scaler_of_the_sparse_matrix():
+    """MaxAbsScaler keeps the matrix sparse (stored values times 1 / scale_): XGBoost after
+    it reads the absent entries as missing, as it does behind the ColumnTransformer itself."""
     import xgboost as xgb
 
     model = make_pipeline(_ct(), MaxAbsScaler(),
                           xgb.XGBClassifier(n_estimators=5)).fit(TRAIN, Y)
-    with pytest.raises(UnsupportedModelError, match="absent entries as missing"):
-        peregrine.compile(model, backend="reference")
+    for backend in BACKENDS:
+        got = peregrine.compile(model, backend=backend).predict_proba(TRAIN)
+        np.testing.assert_allclose(got, model.predict_proba(TRAIN), rtol=1e-5, atol=1e-6)
 
 
 def test_linear_model_after_a_sparse_one_hot_encoder():

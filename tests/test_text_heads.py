@@ -21,9 +21,11 @@ from sklearn.feature_extraction.text import (
     TfidfVectorizer,
 )
 from sklearn.feature_selection import SelectKBest, chi2
-from sklearn.linear_model import LogisticRegression
+from sklearn.linear_model import LogisticRegression, SGDClassifier
 from sklearn.naive_bayes import BernoulliNB, MultinomialNB
 from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import MaxAbsScaler, StandardScaler
+from sklearn.svm import LinearSVC
 
 import peregrine
 from peregrine.errors import UnsupportedModelError
@@ -65,6 +67,18 @@ PIPES = {
                                                    MultinomialNB()),
     "select_bernoulli_nb": lambda: make_pipeline(CountVectorizer(), SelectKBest(chi2, k=6),
                                                  BernoulliNB()),
+    # a scaler on the sparse matrix (was refused): scikit-learn multiplies its stored values
+    # by 1 / scale_ (not X / scale_, which rounds differently), the boundary does the same
+    "max_abs_logistic": lambda: make_pipeline(CountVectorizer(ngram_range=(1, 2)),
+                                              MaxAbsScaler(), LogisticRegression(C=50.0)),
+    "max_abs_clip_sgd": lambda: make_pipeline(TfidfVectorizer(), MaxAbsScaler(clip=True),
+                                              SGDClassifier(loss="log_loss", random_state=0)),
+    "std_no_mean_svc": lambda: make_pipeline(CountVectorizer(), StandardScaler(with_mean=False),
+                                             LinearSVC(C=10.0)),
+    "max_abs_select_xgb": lambda: make_pipeline(CountVectorizer(), MaxAbsScaler(),
+                                                SelectKBest(chi2, k=5), _xgb()),
+    "max_abs_forest": lambda: make_pipeline(HashingVectorizer(n_features=32), MaxAbsScaler(),
+                                            RandomForestClassifier(8, random_state=0)),
 }
 
 
@@ -88,7 +102,8 @@ def test_matches_the_library(fitted, name, backend):
                                    rtol=RTOL, atol=ATOL)
         return
     np.testing.assert_array_equal(compiled.predict(TEST), model.predict(TEST))
-    np.testing.assert_allclose(compiled.predict_proba(TEST), model.predict_proba(TEST),
+    method = "predict_proba" if hasattr(model, "predict_proba") else "decision_function"
+    np.testing.assert_allclose(getattr(compiled, method)(TEST), getattr(model, method)(TEST),
                                rtol=RTOL, atol=ATOL)
 
 
@@ -113,3 +128,24 @@ def test_a_text_column_in_a_sparse_column_transformer_before_xgboost_is_refused(
     assert ct.sparse_output_
     with pytest.raises(UnsupportedModelError, match="absent entries as missing"):
         peregrine.compile(model)
+
+
+@pytest.mark.parametrize("backend", ["reference", "native", "torch"])
+@pytest.mark.parametrize("scaler", [lambda: MaxAbsScaler(),
+                                    lambda: StandardScaler(with_mean=False)],
+                         ids=["max_abs", "standard_no_mean"])
+def test_a_scaler_on_a_sparse_one_hot_before_xgboost_and_logistic(backend, scaler):
+    """The same scalers on a OneHotEncoder's csr_matrix: scikit-learn multiplies the stored
+    values by 1 / scale_ and XGBoost reads the absent entries as missing (was refused)."""
+    import pandas as pd
+    from sklearn.preprocessing import OneHotEncoder
+
+    frame = pd.DataFrame({"a": rng.choice(list("pqrst"), 300), "b": rng.choice(list("xyz"), 300)})
+    target = (frame["a"].isin(["p", "q"]) ^ (frame["b"] == "x")).to_numpy().astype(int)
+    for head in (_xgb(), LogisticRegression()):
+        model = make_pipeline(OneHotEncoder(sparse_output=True, handle_unknown="ignore"),
+                              scaler(), head).fit(frame, target)
+        compiled = peregrine.compile(model, backend=backend)
+        np.testing.assert_array_equal(compiled.predict(frame), model.predict(frame))
+        np.testing.assert_allclose(compiled.predict_proba(frame), model.predict_proba(frame),
+                                   rtol=RTOL, atol=ATOL)

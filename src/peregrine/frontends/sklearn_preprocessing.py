@@ -82,11 +82,22 @@ def _f32(flow: Flow, mode: Any) -> Any:
     return mode if flow.keeps_dtype else ("never" if isinstance(mode, str) else False)
 
 
+def _sparse_scale(est: Any, ctx: Context, flow: Flow, scale: Any) -> Flow:
+    """A scaler's transform of a CSR matrix an earlier step built (Flow.sparse "csr"):
+    inplace_column_scale(X, 1 / scale_), each stored value times the reciprocal, which rounds
+    differently from the dense X /= scale_. Absent entries stay absent (0)."""
+    recip = 1.0 / _per_column(scale, flow.width, 1.0)
+    return _numeric(est, ctx, flow, Op.AFFINE, scale=recip, shift=np.zeros(flow.width),
+                    float32=_f32(flow, "round"))
+
+
 @register_step(StandardScaler)
 def step_standard_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "n_features_in_")
     if est.with_mean:  # "Cannot center sparse matrices"
         ctx.refuse_sparse(flow)
+    elif flow.sparse == "csr":
+        return _sparse_scale(est, ctx, flow, est.scale_)
     # transform: X -= mean_ (with_mean); X /= scale_ (with_std); NaN passes through
     return _numeric(est, ctx, flow, Op.CENTER_SCALE,
                     center=_per_column(est.mean_ if est.with_mean else None, flow.width, 0.0),
@@ -106,8 +117,12 @@ def step_robust_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
 @register_step(MaxAbsScaler)
 def step_max_abs_scaler(est: Any, ctx: Context, flow: Flow) -> Flow:
     require_fitted(est, "scale_")
-    out = _numeric(est, ctx, flow, Op.CENTER_SCALE, center=np.zeros(flow.width),
-                   scale=_per_column(est.scale_, flow.width, 1.0), float32=_f32(flow, "round"))
+    if flow.sparse == "csr":
+        out = _sparse_scale(est, ctx, flow, est.scale_)
+    else:
+        out = _numeric(est, ctx, flow, Op.CENTER_SCALE, center=np.zeros(flow.width),
+                       scale=_per_column(est.scale_, flow.width, 1.0),
+                       float32=_f32(flow, "round"))
     if getattr(est, "clip", False):  # X /= scale_, then clipped to [-1, 1] (sklearn >= 1.9)
         node = ctx.g.add(Op.CLIP, (out.node,), width=out.width, low=-1.0, high=1.0,
                          float32=_f32(flow, True))

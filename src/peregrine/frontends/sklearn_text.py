@@ -170,6 +170,15 @@ def _split(graph: Graph, text: TextSpec, model: Any) -> tuple[Graph, TextSpec]:
     IMPUTE reading absent entries as missing), each possibly behind a selector's SELECT."""
     inp = x = next(n for n in graph.nodes if n.op is Op.INPUT)
     readers = [n for n in graph.nodes if x.name in n.inputs]
+    # a scaler on S (MaxAbsScaler, StandardScaler(with_mean=False), then MaxAbsScaler's CLIP):
+    # scikit-learn scales a sparse matrix's stored values by 1 / scale_, as the boundary does
+    scaled = _column_scaler(graph, readers, text)
+    if scaled:  # the AFFINE's scale is the reciprocal (preprocessing._sparse_scale)
+        scale = np.asarray(scaled[0].attrs.scale, dtype=np.float64)
+        text = dataclasses.replace(text, column_scale=scale, clip=len(scaled) == 2,
+                                   dtype="float64")
+        x = scaled[-1]
+        readers = [n for n in graph.nodes if x.name in n.inputs]
     # a selector's columns (SelectKBest(chi2) on the counts): the reading below goes through
     # them; increasing, so the kept entries of each row are met in S's index order
     chosen = sel = None
@@ -193,7 +202,7 @@ def _split(graph: Graph, text: TextSpec, model: Any) -> tuple[Graph, TextSpec]:
         readers = [n for n in graph.nodes if absent.name in n.inputs]
     nodes = {n.name: n for n in graph.nodes}
     if absent is None and readers and all(n.op is Op.LINEAR for n in readers):
-        drop = tuple(n.name for n in (inp, sel, binarize) if n is not None)
+        drop = tuple(n.name for n in (inp, *scaled, sel, binarize) if n is not None)
         out, proj = split_linear(graph, x.name, readers, drop)
         if chosen is not None:
             # the rows of the unselected terms are 0: scipy's product adds data * 0 = +-0 for
@@ -216,7 +225,7 @@ def _split(graph: Graph, text: TextSpec, model: Any) -> tuple[Graph, TextSpec]:
             inner = feature >= 0
             feature[inner] = np.searchsorted(cols, feature[inner]).astype(feature.dtype)
             forest = dataclasses.replace(f, feature=feature, n_features=int(cols.size))
-            inputs = tuple("X" if sel is not None and i == sel.name else i for i in n.inputs)
+            inputs = tuple("X" if i == x.name else i for i in n.inputs)
             nodes[n.name] = dataclasses.replace(n, inputs=inputs,
                                                 attrs=dataclasses.replace(n.attrs, forest=forest))
         text = dataclasses.replace(text, columns=gather)
@@ -229,13 +238,29 @@ def _split(graph: Graph, text: TextSpec, model: Any) -> tuple[Graph, TextSpec]:
             f"{qualified_name(model)}: after a text vectorizer the document-term matrix may be "
             f"read only by linear layers or tree ensembles, not {', '.join(ops) or 'nothing'} "
             "(the matrix is sparse and never made dense)")
-    for gone in {n.name for n in (inp, sel, binarize) if n is not None}:
+    for gone in {n.name for n in (inp, *scaled, sel, binarize) if n is not None}:
         nodes.pop(gone, None)
     nodes["X"] = new_x
     out = Graph(tuple(nodes[n] for n in ["X"] + [n for n in nodes if n != "X"]),
                 dict(graph.outputs))
     verify(out)
     return out, text
+
+
+def _column_scaler(graph: Graph, readers: list[Node], text: TextSpec) -> list[Node]:
+    """[AFFINE] or [AFFINE, CLIP(-1, 1)] when the input's one reader is a scaler's sparse
+    transform (``preprocessing._sparse_scale``: a scale and no shift), on a float64 S (a
+    float32 one would round each product to float32); else []."""
+    if len(readers) != 1 or readers[0].op is not Op.AFFINE or text.dtype == "float32":
+        return []
+    sc = readers[0]
+    if np.any(np.asarray(sc.attrs.shift, dtype=np.float64) != 0.0):
+        return []
+    after = [n for n in graph.nodes if sc.name in n.inputs]
+    if len(after) == 1 and after[0].op is Op.CLIP and \
+            (float(after[0].attrs.low), float(after[0].attrs.high)) == (-1.0, 1.0):
+        return [sc, after[0]]
+    return [sc]
 
 
 def _absent_is_missing(n: Node) -> bool:

@@ -260,16 +260,20 @@ def _composite(est: Any) -> bool:
 def _sparse_after(est: Any, flow: Flow) -> str:
     """Flow.sparse of ``est.transform``'s output: sparse where the step builds a sparse
     matrix (OneHotEncoder(sparse_output=True): the others with a sparse option are refused in
-    the middle of a pipeline), kept by the selectors (a column subset of a CSR is a CSR),
-    unknown ("maybe") after any other step reading a sparse matrix."""
+    the middle of a pipeline), kept by the selectors (a column subset of a CSR is a CSR) and
+    the scalers that scale a CSR, dense after PCA and TruncatedSVD, unknown ("maybe") after any other step reading a sparse matrix."""
     from sklearn.decomposition import PCA, TruncatedSVD
     from sklearn.feature_selection import SelectorMixin
+    from sklearn.preprocessing import MaxAbsScaler, StandardScaler
 
     if sparse_format(est):
         return "csr"
     if not flow.sparse or isinstance(est, (PCA, TruncatedSVD)):  # a dense projection
         return ""
-    return flow.sparse if isinstance(est, SelectorMixin) else "maybe"
+    # the non-centring scalers scale a CSR's stored values (StandardScaler with_mean=True
+    # refuses one at fit), keeping which entries are stored
+    keeps = isinstance(est, (SelectorMixin, MaxAbsScaler, StandardScaler))
+    return flow.sparse if keeps else "maybe"
 
 
 def sparse_parts(flows: list[Flow]) -> str:

@@ -208,7 +208,7 @@ class TextRunner:
         if nat is not None and nat.weighs and (spec.idf is not None or spec.norm):
             got = nat.run(docs, weigh=True)  # tf-idf values from the kernel
             if got is not None:
-                return _csr(got[3], got[1], got[2], len(docs), spec)
+                return _csr(self._scaled(got[3], got[1]), got[1], got[2], len(docs), spec)
         data, indices, indptr = self.counts(docs)
         if spec.binary:
             data = np.ones_like(data)  # X.data.fill(1) / np.sign of positive counts
@@ -220,16 +220,28 @@ class TextRunner:
             values *= np.asarray(spec.idf, dtype=np.float64)[indices]
         if spec.norm:
             values = _normalize_rows(values, indptr, spec.norm)
-        if spec.idf is None and not spec.norm and not spec.sublinear_tf:
+        if spec.idf is None and not spec.norm and not spec.sublinear_tf \
+                and spec.column_scale is None:
             values = data  # counts: CountVectorizer's integers
-        return _csr(values, indices, indptr, len(docs), spec)
+        return _csr(self._scaled(values, indices), indices, indptr, len(docs), spec)
+
+    def _scaled(self, values: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        """A scaler's sparse transform on S's values (TextSpec.column_scale): each value times
+        its column's scale as inplace_column_scale does, then np.clip to [-1, 1]."""
+        spec = self.spec
+        if spec.column_scale is None:
+            return values
+        values = values * np.asarray(spec.column_scale, dtype=np.float64)[indices]
+        if spec.clip:
+            np.clip(values, -1.0, 1.0, out=values)
+        return values
 
     def dense(self, docs: list[str]) -> np.ndarray:
         """The (n, K) float64 matrix the graph reads: S @ projection or S[:, columns]."""
         spec = self.spec
         nat = self.native()
         if nat is not None and nat.weighs and spec.projection is not None and \
-                spec.binarize is None:
+                spec.binarize is None and spec.column_scale is None:
             got = nat.run(docs, projection=np.asarray(spec.projection, dtype=np.float64))
             if got is not None:
                 return got[4]

@@ -90,6 +90,11 @@ class TextSpec:
     # ``column``): their boundaries' columns follow this one's, in this order
     more: tuple[TextSpec, ...] = ()
     strip_accents: str = ""  # after lower(): NFKD, then drop non-ASCII / combining marks
+    # a scaler on S (MaxAbsScaler, StandardScaler(with_mean=False)): its sparse transform,
+    # inplace_column_scale(S, 1 / scale_), multiplies each stored value by its column's
+    # entry of this array; ``clip``: then np.clip(S.data, -1, 1) (MaxAbsScaler(clip=True))
+    column_scale: np.ndarray | None = None
+    clip: bool = False
 
     def __post_init__(self) -> None:
         if self.char_class not in ("word", "nonspace") or self.min_len < 1:
@@ -108,6 +113,8 @@ class TextSpec:
             raise ValueError("text: vocabulary size differs from n_features")
         if self.idf is not None and np.shape(self.idf) != (self.n_features,):
             raise ValueError("text: idf has the wrong length")
+        if self.column_scale is not None and np.shape(self.column_scale) != (self.n_features,):
+            raise ValueError("text: column_scale has the wrong length")
         if self.projection is not None and np.shape(self.projection)[0] != self.n_features:
             raise ValueError("text: projection has the wrong number of rows")
         if self.frame_width and not 0 <= self.column < self.frame_width:
@@ -136,9 +143,9 @@ class TextSpec:
                 "hashing": self.hashing, "alternate_sign": self.alternate_sign,
                 "dtype": self.dtype, "column": self.column, "binarize": self.binarize,
                 "strip_accents": self.strip_accents, "frame_width": self.frame_width,
-                "unread": list(self.unread), "analyzer": self.analyzer}
+                "unread": list(self.unread), "analyzer": self.analyzer, "clip": self.clip}
         arrays = {"vocabulary": np.asarray(self.vocabulary, dtype=str)}
-        for key in ("idf", "projection", "columns"):
+        for key in ("idf", "projection", "columns", "column_scale"):
             if getattr(self, key) is not None:
                 arrays[key] = np.asarray(getattr(self, key))
         meta["more"] = []
@@ -166,7 +173,8 @@ class TextSpec:
                    unread=tuple(int(c) for c in meta.get("unread", ())),
                    analyzer=str(meta.get("analyzer", "word")),
                    idf=arrays.get("idf"), projection=arrays.get("projection"),
-                   columns=arrays.get("columns"),
+                   columns=arrays.get("columns"), column_scale=arrays.get("column_scale"),
+                   clip=bool(meta.get("clip", False)),
                    more=tuple(cls.from_state(m, {k.split(".", 1)[1]: v for k, v in arrays.items()
                                                  if k.startswith(f"more{i}.")})
                               for i, m in enumerate(meta.get("more", ()))))
