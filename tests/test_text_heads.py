@@ -149,3 +149,11 @@ def test_a_scaler_on_a_sparse_one_hot_before_xgboost_and_logistic(backend, scale
         np.testing.assert_array_equal(compiled.predict(frame), model.predict(frame))
         np.testing.assert_allclose(compiled.predict_proba(frame), model.predict_proba(frame),
                                    rtol=RTOL, atol=ATOL)
+
+
+def test_onnx_export_of_a_text_pipeline_is_refused_by_name(fitted, tmp_path):
+    """The tokenizer has no exact ONNX form: a typed error naming it (was an InputError about
+    2-D input from the export's validation rows)."""
+    pytest.importorskip("onnx")
+    with pytest.raises(UnsupportedModelError, match="ONNX export of a text vectorizer"):
+        peregrine.compile(fitted["count_xgb"]).export_onnx(tmp_path / "m.onnx")

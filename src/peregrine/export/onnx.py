@@ -110,6 +110,12 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     from peregrine.export.onnx_vector_trees import plan_forests
 
     spec = compiled.spec
+    if spec.text is not None:
+        # the tokenizer (Python re semantics of \w, n-grams, the vocabulary lookup) has no
+        # ONNX form that reproduces scikit-learn's tokens; the graph after it would export
+        raise UnsupportedModelError(
+            f"{spec.source}: ONNX export of a text vectorizer pipeline is not supported (its "
+            f"tokenizer has no exact ONNX form); the {RUNNING_BACKENDS} backends run it")
     opset = DEFAULT_OPSET if opset is None else int(opset)
     if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
         raise UnsupportedModelError(

@@ -15,6 +15,11 @@ NOT_EXPORTED: dict[str, tuple[str, str]] = {
     "CatBoostClassifier": ("category_map", "categorical features (hashed at the input)"),
     "CatBoostRegressor": ("category_map", "categorical features (hashed at the input)"),
     "CatBoostRanker": ("category_map", "categorical features (hashed at the input)"),
+    # the text boundary (runtime/text.py: scikit-learn's tokenizer, n-grams and vocabulary
+    # lookup) is no graph op and has no exact ONNX form; export.onnx.build_onnx refuses it
+    "CountVectorizer": ("text_boundary", ""),
+    "TfidfVectorizer": ("text_boundary", ""),
+    "HashingVectorizer": ("text_boundary", ""),
 }
 
 
