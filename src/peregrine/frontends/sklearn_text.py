@@ -299,7 +299,8 @@ def convert_text_pipeline(model: Pipeline) -> ModelSpec:
                    notes="analyzer 'word' (token patterns: docs/text.md), 'char', "
                    "'char_wb'; lowercase, stop words, n-grams, binary, TF-IDF options, l1/l2 "
                    "norms; csr_matrix output; in a Pipeline before linear models, naive "
-                   "Bayes and trees, also as a ColumnTransformer's text column")
+                   "Bayes and trees (also behind a selector, MaxAbsScaler or "
+                   "StandardScaler(with_mean=False)), also as a ColumnTransformer's text column")
 def convert_vectorizer(model: Any) -> ModelSpec:
     return _spec(model, text_spec(model), [])
 
