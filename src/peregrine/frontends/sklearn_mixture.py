@@ -26,7 +26,7 @@ from scipy.special import digamma
 from sklearn.mixture import BayesianGaussianMixture, GaussianMixture
 
 from peregrine.frontends.base import declare_params, register_frontend, require_fitted, unsupported
-from peregrine.frontends.sklearn_models import _linear, _numeric_input
+from peregrine.frontends.sklearn_models import _linear, _numeric_input, block_sums
 from peregrine.frontends.sklearn_pipeline import convert_single
 from peregrine.frontends.steps import Context, Flow, Head, register_head
 from peregrine.ir import Link, Op
@@ -53,7 +53,7 @@ def _log_prob(ctx: Context, x: str, mu: np.ndarray, prec_chol: np.ndarray, cov: 
         b = -np.concatenate([m @ p for m, p in zip(mu, chols)])
         y = _linear(ctx, x, w, b)
         sq = ctx.g.add(Op.UFUNC, (y,), width=k * d, name="square")
-        return _linear(ctx, sq, np.kron(np.eye(k), np.ones((d, 1))), 0.0)
+        return block_sums(ctx, sq, np.ones((k, d)), 0.0)  # (not one block-diagonal LINEAR)
     prec = prec_chol ** 2
     x2 = ctx.g.add(Op.UFUNC, (x,), width=d, name="square")
     both = ctx.g.add(Op.CONCAT, (x, x2), width=2 * d)
@@ -94,7 +94,11 @@ def head_mixture(est: Any, ctx: Context, flow: Flow) -> Head:
     cols = [ctx.g.add(Op.SELECT, (wlp,), width=1, columns=np.array([j])) for j in range(k)]
     score = ctx.g.add(Op.LOG_ADD_EXP, tuple(cols), width=1, columns=[np.array([0])] * k,
                       starts=np.array([0, k]))
-    proba = ctx.g.add(Op.LINK, (wlp,), width=k, kind=Link.SOFTMAX)
+    # exp(wlp - logsumexp(wlp)) as _estimate_log_prob_resp computes it, not a softmax: the
+    # same numbers but where wlp is huge (a row past ~1e150), where logsumexp's log(k) is
+    # lost to rounding and scikit-learn answers exp(0) = 1 for every tied component
+    log_resp = ctx.g.add(Op.LINK, (wlp,), width=k, kind=Link.LOG_SOFTMAX)
+    proba = ctx.g.add(Op.LINK, (log_resp,), width=k, kind=Link.EXP)
     label = ctx.g.add(Op.ARGMAX, (wlp,), dtype="int64", width=1)
     return Head({"predict": label, "predict_proba": proba, "score_samples": score},
                 {"predict": MethodSpec("predict", labels=np.arange(k, dtype=np.intp)),

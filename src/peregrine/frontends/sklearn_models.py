@@ -105,12 +105,20 @@ def _centered_tiles(ctx: Context, flow: Flow, centers: np.ndarray) -> str:
                      scale=np.ones(k * m))
 
 
-def _block_sum(k: int, m: int, weights: np.ndarray) -> np.ndarray:
-    """(k*m, k) weight summing each block of m columns with per-entry ``weights`` (k, m)."""
-    w = np.zeros((k * m, k))
+def block_sums(ctx: Context, x: str, weights: np.ndarray, bias: Any) -> str:
+    """(n, k): column i is block i of ``x``'s k blocks of m columns summed with per-entry
+    ``weights`` (k, m), plus ``bias[i]``. One LINEAR per block on its SELECT, not one LINEAR
+    with a block-diagonal weight: a square that overflowed to infinity in one class's block
+    met the other classes' zero weights there, and 0 * inf made every class NaN (QDA,
+    GaussianMixture on a row past ~1e154), where scikit-learn sums each class alone."""
+    w = np.asarray(weights, dtype=np.float64)
+    k, m = w.shape
+    b = np.broadcast_to(np.asarray(bias, dtype=np.float64), (k,))
+    parts = []
     for i in range(k):
-        w[i * m:(i + 1) * m, i] = weights[i]
-    return w
+        block = ctx.g.add(Op.SELECT, (x,), width=m, columns=np.arange(i * m, (i + 1) * m))
+        parts.append(_linear(ctx, block, w[i].reshape(m, 1), b[i:i + 1]))
+    return parts[0] if k == 1 else ctx.g.add(Op.CONCAT, tuple(parts), width=k)
 
 
 # ---------------------------------------------------------------------- naive Bayes --
@@ -122,9 +130,17 @@ def head_gaussian_nb(est: Any, ctx: Context, flow: Flow) -> Head:
     _numeric_input(est, ctx, flow)
     theta, var = np.asarray(est.theta_, np.float64), np.asarray(est.var_, np.float64)
     k, m = theta.shape
+    # _joint_log_likelihood's order: log(prior) + (c - 0.5 * sum((x - theta)**2 / var)),
+    # c = -0.5 * sum(log(2 pi var)). Dividing before the sum is where scikit-learn overflows
+    # (a row past ~1e153 gives -inf there, not a finite number from folded weights)
     sq = ctx.g.add(Op.UFUNC, (_centered_tiles(ctx, flow, theta),), width=k * m, name="square")
-    const = np.log(est.class_prior_) - 0.5 * np.sum(np.log(2.0 * np.pi * var), axis=1)
-    jll = _linear(ctx, sq, _block_sum(k, m, -0.5 / var), const)
+    scaled = ctx.g.add(Op.CENTER_SCALE, (sq,), width=k * m, center=np.zeros(k * m),
+                       scale=var.ravel())
+    sums = block_sums(ctx, scaled, np.ones((k, m)), 0.0)
+    n_ij = ctx.g.add(Op.AFFINE, (sums,), width=k, scale=np.full(k, -0.5),
+                     shift=-0.5 * np.sum(np.log(2.0 * np.pi * var), axis=1))
+    jll = ctx.g.add(Op.AFFINE, (n_ij,), width=k, scale=np.ones(k),
+                    shift=np.log(np.asarray(est.class_prior_, np.float64)))
     return nb_classifier(est, ctx, jll, k)
 
 
@@ -363,15 +379,20 @@ def head_qda(est: Any, ctx: Context, flow: Flow) -> Head:
     x2 = _linear(ctx, _centered_tiles(ctx, flow, means), proj, 0.0)
     sq = ctx.g.add(Op.UFUNC, (x2,), width=k * r, name="square")
     u = np.asarray([np.sum(np.log(s)) for s in est.scalings_])
-    scores = _linear(ctx, sq, _block_sum(k, r, np.full((k, r), -0.5)),
-                     -0.5 * u + np.log(est.priors_))
+    scores = block_sums(ctx, sq, np.full((k, r), -0.5), -0.5 * u + np.log(est.priors_))
     decision = scores
     if k == 2:
         decision = _linear(ctx, scores, np.array([[-1.0], [1.0]]), 0.0)
-    head = _classifier(est, ctx, scores, k, _softmax(ctx, scores, k), decision)
-    # scores - max - log(sum(exp(scores - max))) in sklearn: the same log-softmax, summed in
-    # _logsumexp's order (the last bits may differ, far below the tolerance)
-    add_log_proba(ctx.g, head.outputs, head.methods, k, scores=scores)
+    # predict_log_proba: (scores - max) - log(sum(exp(scores - max))), the max subtracted
+    # first (torch's log_softmax, the ACTIVATION op, has that order; Link.LOG_SOFTMAX's
+    # scores - (max + log(sum)) loses log(2) to rounding on tied scores past ~1e16);
+    # predict_proba = exp(predict_log_proba), as DiscriminantAnalysisPredictionMixin does
+    log_proba = ctx.g.add(Op.ACTIVATION, (scores,), width=k, kind="log_softmax",
+                          net_dtype="float64")
+    proba = ctx.g.add(Op.LINK, (log_proba,), width=k, kind=Link.EXP)
+    head = _classifier(est, ctx, scores, k, proba, decision)
+    head.outputs["predict_log_proba"] = log_proba
+    head.methods["predict_log_proba"] = MethodSpec("predict_log_proba")
     return head
 
 
