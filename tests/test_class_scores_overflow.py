@@ -1,4 +1,5 @@
-"""Per-class scores of QuadraticDiscriminantAnalysis, GaussianMixture and GaussianNB on rows
+"""Per-class scores of QuadraticDiscriminantAnalysis, GaussianMixture and GaussianNB (and
+PCA's score_samples) on rows
 far out (past ~1e150), where a square overflows to infinity for some classes, and on tied
 scores too large for log(k) to survive rounding. scikit-learn computes each class alone and
 normalises as _logsumexp / logsumexp or its shifted log-softmax; the compiled models used to
@@ -13,6 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.decomposition import PCA
 from sklearn.discriminant_analysis import QuadraticDiscriminantAnalysis
 from sklearn.mixture import BayesianGaussianMixture, GaussianMixture
 from sklearn.naive_bayes import GaussianNB
@@ -42,6 +44,8 @@ MODELS = {
     "bgmm_full": (lambda: BayesianGaussianMixture(n_components=3, random_state=0).fit(X3),
                   ROWS3),
     "gaussian_nb": (lambda: GaussianNB().fit(X2, Y2), ROWS2),
+    # score_samples: -0.5 * sum(...) overflows to -inf where the sum does
+    "pca": (lambda: PCA(2).fit(X3 * np.array([1.0, 10.0, 1.0])), ROWS3),
 }
 METHODS = ("predict", "predict_proba", "predict_log_proba", "decision_function",
            "score_samples")

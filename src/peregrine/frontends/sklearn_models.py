@@ -247,7 +247,7 @@ def head_pca(est: Any, ctx: Context, flow: Flow) -> Head:
     -0.5 * sum(Xr * (Xr @ P), axis=1) - 0.5 * (d log(2 pi) - fast_logdet(P)) with P =
     ``get_precision()`` (read from the fitted state, as sklearn does each call). The row-wise
     product is a POLYNOMIAL of degree 2 over [Xr, Xr @ P] (column k times column d + k), the
-    sum a LINEAR with weights -0.5 (exact scaling) and the constant as its bias."""
+    sum a LINEAR of ones, then -0.5 times it less the constant (an AFFINE)."""
     from sklearn.utils.extmath import fast_logdet
 
     transform = step_pca(est, ctx, flow).node  # checks fitted state and input
@@ -261,7 +261,10 @@ def head_pca(est: Any, ctx: Context, flow: Flow) -> Head:
     powers = np.hstack([np.eye(d, dtype=np.int64), np.eye(d, dtype=np.int64)])
     prod = ctx.g.add(Op.POLYNOMIAL, (both,), width=d, powers=powers)
     const = float(0.5 * (d * math.log(2.0 * np.pi) - fast_logdet(source)))  # sklearn's types
-    ll = _linear(ctx, prod, np.full((d, 1), -0.5), -const)
+    # summed, then times -0.5 (-0.5 folded into the weights is exact scaling, but kept the
+    # sum finite where scikit-learn's overflows to infinity on a row past ~1e154)
+    total = _linear(ctx, prod, np.ones((d, 1)), 0.0)
+    ll = ctx.g.add(Op.AFFINE, (total,), width=1, scale=np.full(1, -0.5), shift=np.full(1, -const))
     # fitted on float32, sklearn computes in float32 for float32 input (float64 for float64)
     dtype = "input" if np.asarray(est.mean_).dtype == np.float32 else "float64"
     return Head({"transform": transform, "score_samples": ll},
