@@ -103,3 +103,56 @@ def test_span_kernel_matches_numpy_lookup():
     want = table.lookup(codes, starts, ends)
     assert (want >= 0).sum() > 100
     np.testing.assert_array_equal(lookup_spans(table, codes, starts, ends), want)
+
+
+def _batches() -> list[list[str]]:
+    """TEST as one batch (Turkish I and sigma in it: lowercased by Python, then scanned), its
+    ASCII documents (Python's lower()), and its documents the lowercase table maps (the
+    kernel lowercases them)."""
+    special = ("\u0130", "\u03a3")
+    return [TEST, [d for d in TEST if d.isascii()],
+            [d for d in TEST if not d.isascii() and not any(c in d for c in special)]]
+
+
+@pytest.mark.parametrize("analyzer, ngram_range", list(itertools.product(
+    ["char", "char_wb"], [(1, 1), (1, 3), (2, 4), (4, 6)])))
+def test_char_kernel_matches_sklearn(analyzer, ngram_range, monkeypatch):
+    """kernels/text_char_kernel.py: counts, tf-idf values (l2, l1 with binary, none) and the
+    projection S @ W in scipy's order, bit for bit, lowercase or not, with NFKD accents, on
+    each kind of batch; and with the outputs' first guess at zero, so that every document
+    makes the kernel stop, the outputs grow and the call resume there."""
+    from peregrine.runtime import text_char_native
+
+    rng = np.random.default_rng(3)
+    for lowercase, strip in ((True, None), (False, None), (True, "unicode")):
+        kw = dict(analyzer=analyzer, ngram_range=ngram_range, lowercase=lowercase,
+                  strip_accents=strip)
+        for vec in (CountVectorizer(**kw), TfidfVectorizer(**kw),
+                    TfidfVectorizer(norm="l1", binary=True, **kw),
+                    TfidfVectorizer(norm=None, **kw)):
+            vec.fit(TRAIN)
+            run = TextRunner(text_spec(vec))
+            native = run.native()
+            assert native is not None and native.weighs
+            proj = rng.normal(size=(len(vec.vocabulary_), 3))
+            for docs in _batches():
+                want = vec.transform(docs)
+                _same_csr(run.matrix(docs), want)
+                np.testing.assert_array_equal(native.run(docs, projection=proj)[4],
+                                              want @ proj)
+            monkeypatch.setattr(text_char_native, "GUESS", 0.0)
+            _same_csr(run.matrix(TEST), vec.transform(TEST))
+            monkeypatch.undo()
+
+
+def test_char_kernel_edges():
+    """Empty and all-space documents, a batch of one, a vocabulary of one term."""
+    vec = CountVectorizer(analyzer="char_wb", ngram_range=(2, 3)).fit(["ab"])
+    run = TextRunner(text_spec(vec))
+    assert run.native() is not None
+    for docs in (["", "   ", "\t\n"], ["ab"], ["x ab  ab\u3000ab"], ["ab"] * 3):
+        _same_csr(run.matrix(docs), vec.transform(docs))
+    vec = CountVectorizer(analyzer="char", ngram_range=(3, 5)).fit(["a  b\t\tc", "ab"])
+    run = TextRunner(text_spec(vec))
+    for docs in (["", "a", "ab", "a \t b", "a  b\t\tc  "], ["a b c " * 50]):
+        _same_csr(run.matrix(docs), vec.transform(docs))

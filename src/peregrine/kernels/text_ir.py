@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from peregrine.kernels.irutil import I64, PTR, Loops, gep
+from peregrine.kernels.irutil import I32, I64, PTR, Loops, gep
 
 
 class Fn:
@@ -97,3 +97,79 @@ def kernel_entry(symbol: str, triple: str, names: tuple[str, ...]
     entry = fn.append_basic_block("entry")
     b = ir.IRBuilder(entry)
     return m, fn, b, Fn(b, Loops(b, entry), fn.args[0], names)
+
+
+# ------------------------------------------------ pieces both tokenizer kernels share --
+MIX = 0x9E3779B97F4A7C15  # HashTable's multiplier (runtime/text_tokens.py)
+LOWER_SPECIAL = 0xFFFFFFFF  # the lowercase table's entry for a code point lower() can't map
+
+
+def lowered(f: Fn, codes: ir.Value, table: ir.Value, lowering: ir.Value,
+            special: ir.Block) -> Callable[[ir.Value], ir.Value]:
+    """``code(i)``: the code point at i (int32 array ``codes``), through the lowercase
+    ``table`` when ``lowering``, as i64; branches to ``special`` where the table cannot
+    lowercase it (the caller lowercases with Python and runs again)."""
+    b = f.b
+
+    def code(i: ir.Value) -> ir.Value:
+        c = f.load(codes, I32, i)
+        cur = b.block
+        low = b.append_basic_block("low")
+        join = b.append_basic_block("low.join")
+        b.cbranch(lowering, low, join)
+        b.position_at_end(low)
+        lc = f.load(table, I32, b.zext(c, I64))
+        ok = b.append_basic_block("low.ok")
+        b.cbranch(b.icmp_unsigned("==", lc, const(LOWER_SPECIAL, I32)), special, ok)
+        b.position_at_end(ok)
+        b.branch(join)
+        b.position_at_end(join)
+        phi = b.phi(I32)
+        phi.add_incoming(c, cur)
+        phi.add_incoming(lc, ok)
+        return b.zext(phi, I64)
+
+    return code
+
+
+def home(f: Fn, key: ir.Value, shift: ir.Value) -> ir.Value:
+    """A key's home slot: ``(key * MIX) >> shift`` (HashTable._home)."""
+    return f.b.lshr(f.b.mul(key, const(MIX)), shift)
+
+
+def prefetcher(m: ir.Module) -> ir.Function:
+    return ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR, I32, I32, I32]),
+                       name="llvm.prefetch.p0")
+
+
+def fetch_slot(f: Fn, prefetch: ir.Function, slots: ir.Value, key: ir.Value,
+               shift: ir.Value) -> None:
+    """Prefetch a key's home slot of an interleaved (key, value) table."""
+    slot = f.addr(slots, I64, f.b.shl(home(f, key, shift), const(1)))
+    f.b.call(prefetch, [slot, const(0, I32), const(3, I32), const(1, I32)])
+
+
+def probe_slots(f: Fn, slots: ir.Value, mask: ir.Value, shift: ir.Value, key: ir.Value,
+                name: str) -> ir.Value:
+    """HashTable.get for one key of an interleaved (key, value) table: the value, -1 when
+    absent (linear probing; an empty slot's value is -1)."""
+    b = f.b
+    pos = f.var(home(f, key, shift), f"{name}.pos")
+    out = f.var(const(-1), f"{name}.out")
+    head, body, done = f.loop(name)
+    at = f.get(pos)
+    val = f.load(slots, I64, b.add(b.shl(at, const(1)), const(1)))
+    b.cbranch(b.icmp_signed("<", val, const(0)), done, body)
+    b.position_at_end(body)
+    k = f.load(slots, I64, b.shl(at, const(1)))
+    found = b.append_basic_block(f"{name}.found")
+    nxt = b.append_basic_block(f"{name}.next")
+    b.cbranch(b.icmp_unsigned("==", k, key), found, nxt)
+    b.position_at_end(found)
+    b.store(val, out)
+    b.branch(done)
+    b.position_at_end(nxt)
+    b.store(b.and_(b.add(at, const(1)), mask), pos)
+    b.branch(head)
+    b.position_at_end(done)
+    return f.get(out)

@@ -31,8 +31,15 @@ from functools import partial
 
 from llvmlite import ir
 
-from peregrine.kernels.irutil import F64, I8, I32, I64, PTR
-from peregrine.kernels.text_ir import GenericKernel, kernel_entry
+from peregrine.kernels.irutil import F64, I8, I32, I64
+from peregrine.kernels.text_ir import (
+    GenericKernel,
+    fetch_slot,
+    kernel_entry,
+    lowered,
+    prefetcher,
+    probe_slots,
+)
 from peregrine.kernels.text_ir import const as _c
 from peregrine.kernels.text_rows import count_row, weigh_row
 
@@ -46,10 +53,6 @@ ARGS = ("codes", "n_docs", "bounds", "klass", "lower", "min_len",
         "tok_s", "tok_n", "tok_h", "ids", "gkeys", "reuse",
         "out_idx", "out_cnt", "indptr", "weigh", "idf", "norm", "binary", "out_val", "k", "w",
         "y")
-MIX = 0x9E3779B97F4A7C15  # HashTable's multiplier (runtime/text_tokens.py)
-LOWER_SPECIAL = 0xFFFFFFFF  # the lowercase table's entry for a code point lower() can't map
-
-
 
 
 def _build(symbol: str, triple: str) -> ir.Module:
@@ -57,62 +60,18 @@ def _build(symbol: str, triple: str) -> ir.Module:
     a = f.a
     p = {name: f.ptr(name) for name in ARGS}
     lowering = b.icmp_unsigned("!=", a["lower"], _c(0))
-    prefetch = ir.Function(m, ir.FunctionType(ir.VoidType(), [PTR, I32, I32, I32]),
-                           name="llvm.prefetch.p0")
+    prefetch = prefetcher(m)
     special = fn.append_basic_block("special")  # lower() needs Python: return 1
-
-    def code(i: ir.Value) -> ir.Value:
-        """The (lowercased) code point at i, as i64; branches to ``special`` when the table
-        cannot lowercase it."""
-        c = f.load(p["codes"], I32, i)
-        cur = b.block
-        low = b.append_basic_block("low")
-        join = b.append_basic_block("low.join")
-        b.cbranch(lowering, low, join)
-        b.position_at_end(low)
-        lc = f.load(p["lower"], I32, b.zext(c, I64))
-        ok = b.append_basic_block("low.ok")
-        b.cbranch(b.icmp_unsigned("==", lc, _c(LOWER_SPECIAL, I32)), special, ok)
-        b.position_at_end(ok)
-        b.branch(join)
-        b.position_at_end(join)
-        phi = b.phi(I32)
-        phi.add_incoming(c, cur)
-        phi.add_incoming(lc, ok)
-        return b.zext(phi, I64)
+    code = lowered(f, p["codes"], p["lower"], lowering, special)
 
     def is_token_char(c: ir.Value) -> ir.Value:
         return b.icmp_unsigned("!=", f.load(p["klass"], I8, c), _c(0, I8))
 
-    def home(key: ir.Value, shift: str) -> ir.Value:
-        return b.lshr(b.mul(key, _c(MIX)), a[shift])
-
     def fetch(table: str, key: ir.Value, shift: str) -> None:
-        slot = f.addr(p[table], I64, b.shl(home(key, shift), _c(1)))
-        b.call(prefetch, [slot, _c(0, I32), _c(3, I32), _c(1, I32)])
+        fetch_slot(f, prefetch, p[table], key, a[shift])
 
     def probe(table: str, mask: str, shift: str, key: ir.Value, name: str) -> ir.Value:
-        """HashTable.get for one key: the value, -1 when absent (linear probing)."""
-        slots = p[table]
-        pos = f.var(home(key, shift), f"{name}.pos")
-        out = f.var(_c(-1), f"{name}.out")
-        head, body, done = f.loop(name)
-        at = f.get(pos)
-        val = f.load(slots, I64, b.add(b.shl(at, _c(1)), _c(1)))
-        b.cbranch(b.icmp_signed("<", val, _c(0)), done, body)
-        b.position_at_end(body)
-        k = f.load(slots, I64, b.shl(at, _c(1)))
-        found = b.append_basic_block(f"{name}.found")
-        nxt = b.append_basic_block(f"{name}.next")
-        b.cbranch(b.icmp_unsigned("==", k, key), found, nxt)
-        b.position_at_end(found)
-        b.store(val, out)
-        b.branch(done)
-        b.position_at_end(nxt)
-        b.store(b.and_(b.add(at, _c(1)), a[mask]), pos)
-        b.branch(head)
-        b.position_at_end(done)
-        return f.get(out)
+        return probe_slots(f, p[table], a[mask], a[shift], key, name)
 
     pos = f.var(_c(0), "pos")
     f.store(_c(0, I32), p["indptr"], I32, _c(0))

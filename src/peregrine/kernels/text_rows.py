@@ -126,3 +126,65 @@ def weigh_row(f: Fn, d: ir.Value, lo: ir.Value, hi: ir.Value, p: dict, sqrt, fab
         f.store(f.get(acc, F64), y, F64, b.add(b.mul(d, k), j))
 
     f.loops.range(_c(0), k, _c(1), output, "project")
+
+
+def mark_column(f: Fn, p: dict, col: ir.Value) -> None:
+    """Count one occurrence of ``col`` in the row being built: ``seen[col] += 1``, and on the
+    first one its bit in ``bits`` (one per column) and in ``top`` (one per 64 columns)."""
+    b = f.b
+    seen = f.load(p["seen"], I32, col)
+
+    def first() -> None:
+        word = b.lshr(col, _c(6))
+        f.store(b.or_(f.load(p["bits"], I64, word), b.shl(_c(1), b.and_(col, _c(63)))),
+                p["bits"], I64, word)
+        top = b.lshr(col, _c(12))
+        f.store(b.or_(f.load(p["top"], I64, top), b.shl(_c(1), b.and_(word, _c(63)))),
+                p["top"], I64, top)
+
+    f.when(b.icmp_signed("==", seen, _c(0, I32)), first, "mark.first")
+    f.store(b.add(seen, _c(1, I32)), p["seen"], I32, col)
+
+
+def bitmap_row(f: Fn, p: dict, cttz, n_top: ir.Value, row0: ir.Value) -> ir.Value:
+    """The row's (column, count) pairs in column order from the marks of ``mark_column``,
+    written from ``row0`` of out_idx / out_cnt (the sorted, counted row count_row makes, with
+    no sort: the set bits are read in order); the marks are cleared for the next row. Returns
+    the row's end."""
+    b = f.b
+    out = f.var(row0, "bm.out")
+    false = ir.Constant(ir.IntType(1), 0)
+
+    def top_word(tw: ir.Value) -> None:
+        t = f.var(f.load(p["top"], I64, tw), "bm.t")
+
+        def words() -> None:
+            f.store(_c(0), p["top"], I64, tw)
+            th, tb, td = f.loop("bm.words")
+            b.cbranch(b.icmp_unsigned("!=", f.get(t), _c(0)), tb, td)
+            b.position_at_end(tb)
+            tv = f.get(t)
+            word = b.add(b.shl(tw, _c(6)), b.call(cttz, [tv, false]))
+            b.store(b.and_(tv, b.sub(tv, _c(1))), t)
+            w = f.var(f.load(p["bits"], I64, word), "bm.w")
+            f.store(_c(0), p["bits"], I64, word)
+            wh, wb, wd = f.loop("bm.cols")
+            b.cbranch(b.icmp_unsigned("!=", f.get(w), _c(0)), wb, wd)
+            b.position_at_end(wb)
+            wv = f.get(w)
+            col = b.add(b.shl(word, _c(6)), b.call(cttz, [wv, false]))
+            b.store(b.and_(wv, b.sub(wv, _c(1))), w)
+            o = f.get(out)
+            f.store(b.trunc(col, I32), p["out_idx"], I32, o)
+            f.store(b.sext(f.load(p["seen"], I32, col), I64), p["out_cnt"], I64, o)
+            f.store(_c(0, I32), p["seen"], I32, col)
+            b.store(b.add(o, _c(1)), out)
+            b.branch(wh)
+            b.position_at_end(wd)
+            b.branch(th)
+            b.position_at_end(td)
+
+        f.when(b.icmp_unsigned("!=", f.get(t), _c(0)), words, "bm.top")
+
+    f.loops.range(_c(0), n_top, _c(1), top_word, "bm.scan")
+    return f.get(out)

@@ -12,9 +12,8 @@ from functools import partial
 from llvmlite import ir
 
 from peregrine.kernels.irutil import I1, I32, I64
-from peregrine.kernels.text_ir import GenericKernel, kernel_entry
+from peregrine.kernels.text_ir import MIX, GenericKernel, kernel_entry
 from peregrine.kernels.text_ir import const as _c
-from peregrine.kernels.text_kernel import MIX
 
 ARGS = ("codes", "starts", "ends", "n", "slot_key", "slot_val", "mask", "shift", "base",
         "vcodes", "vstart", "vlen", "out")

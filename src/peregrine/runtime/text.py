@@ -88,8 +88,7 @@ class TextRunner:
         lo, hi = spec.ngram_range
         self.stop = frozenset(spec.stop_words)
         self.compiled = compiled  # HashingVectorizer's compiled hashing (text_hash.py)
-        self._native: Any = None if compiled and not spec.hashing and \
-            spec.analyzer == "word" else False
+        self._native: Any = None if compiled and not spec.hashing else False
         if spec.hashing or spec.analyzer != "word":
             # character n-grams are looked up whole: one verified table of the terms
             self.tokens = None if spec.hashing else _Tokens(list(spec.vocabulary), "word")
@@ -119,13 +118,16 @@ class TextRunner:
             self.grams[n] = HashTable(keys, np.asarray(cols, dtype=np.int64))
 
     def native(self) -> Any:
-        """The compiled tokenizer's tables (runtime/text_native.py), built on first use; None
-        where it does not run (hashing, n-gram keys past int64, no LLVM)."""
+        """The compiled tokenizer's tables (runtime/text_native.py; text_char_native.py for
+        character n-grams), built on first use; None where it does not run (hashing, n-gram
+        keys past int64, an empty vocabulary, no LLVM)."""
         if self._native is None:
             try:
-                from peregrine.runtime.text_native import NativeText
-
-                self._native = NativeText(self)
+                if self.spec.analyzer == "word":
+                    from peregrine.runtime.text_native import NativeText as kind
+                else:
+                    from peregrine.runtime.text_char_native import NativeChar as kind
+                self._native = kind(self)
             except (ImportError, OSError, OverflowError, RuntimeError):
                 self._native = False
         return self._native or None

@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from peregrine.kernels.text_kernel import ARGS, LOWER_SPECIAL, TextKernelSpec
+from peregrine.kernels.text_ir import LOWER_SPECIAL
+from peregrine.kernels.text_kernel import ARGS, TextKernelSpec
 from peregrine.runtime.text_tokens import (
     _N_CODES,
     _SEP,

@@ -1,0 +1,139 @@
+"""A character-n-gram TextRunner's tables laid out for its compiled kernel
+(kernels/text_char_kernel.py), and the call: documents -> CSR counts, tf-idf values or the
+projected (n, K) scores in one pass, as NativeText does for words (whose preprocessing,
+``run``, it shares: Python's ``lower()`` of ASCII text, the lowercase table otherwise, NFKD in
+Python for strip_accents).
+
+The kernel computes what runtime/text_char.py's NumPy path computes (the same windows, the
+same verified table of the terms: tests/test_text_char.py compares both with scikit-learn).
+HashingVectorizer's character n-grams keep the NumPy path and the murmur kernel.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Any
+
+import numpy as np
+
+from peregrine.kernels.text_char_kernel import ARGS, CharKernelSpec, doc_bound
+from peregrine.runtime.text_native import _MAX_NNZ, NativeText, _signed, _slots, _TooLarge
+from peregrine.runtime.text_tokens import _class_table
+
+_KERNEL = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
+FULL = 2  # the kernel's answer when the next document may not fit the outputs
+GUESS = 1.0  # first guess at the matrix's entries, per code point and n (grown on FULL)
+
+
+@functools.cache
+def _kernel() -> Any:
+    from peregrine.kernels import jit
+
+    address, _ = jit.kernel_address(CharKernelSpec())
+    return _KERNEL(address)
+
+
+@functools.cache
+def _nonspace() -> np.ndarray:
+    return np.ascontiguousarray(_class_table("nonspace"), dtype=np.uint8)
+
+
+class NativeChar(NativeText):
+    """The kernel's view of a character-n-gram TextRunner (its ``tokens``: the terms)."""
+
+    def __init__(self, run: Any) -> None:  # not NativeText's: it builds the word tables
+        spec, tok = run.spec, run.tokens
+        if not tok.size:
+            raise OverflowError("no terms")  # nothing to look up: the NumPy path answers
+        lo, hi = spec.ngram_range
+        self.spec, self.hi = spec, hi
+        self.idf = (np.asarray(spec.idf, dtype=np.float64) if spec.idf is not None
+                    else np.ones(spec.n_features, dtype=np.float64))
+        nonspace = _nonspace()
+        self.keep = [tok.codes, tok.starts, tok.lens, self.idf, nonspace,
+                     tok_slots := _slots(tok.table)]
+        self.args = dict.fromkeys(ARGS, 0)
+        self.args.update(
+            nonspace=nonspace.ctypes.data, wb=int(spec.analyzer == "char_wb"),
+            tok_slots=tok_slots.ctypes.data, tok_mask=tok.table.mask,
+            tok_shift=int(tok.table.shift), base=_signed(tok.base),
+            vcodes=tok.codes.ctypes.data, vstart=tok.starts.ctypes.data,
+            vlen=tok.lens.ctypes.data, lo=lo, hi=hi, idf=self.idf.ctypes.data,
+            norm={"": 0, "l1": 1, "l2": 2}[spec.norm], binary=int(spec.binary))
+        self.fn = _kernel()
+
+    def _scan(self, codes: np.ndarray, lens: np.ndarray, table: np.ndarray | None,
+              weigh: bool, projection: np.ndarray | None) -> tuple | None:
+        lo, hi = self.spec.ngram_range
+        n = lens.size
+        longest = doc_bound(int(lens.max()) if n else 0, lo, hi)
+        reuse = projection is not None  # only y is wanted: every row reuses one buffer
+        # a first guess at the whole matrix (the kernel asks for more when it needs it)
+        cap = longest if reuse else longest + int(codes.size * (hi - lo + 1) * GUESS)
+        if cap > _MAX_NNZ:
+            raise _TooLarge
+        out = _Outputs(cap, weigh)
+        indptr = np.zeros(n + 1, dtype=np.int32)
+        buf = np.empty(longest, dtype=np.uint32)
+        grams = np.empty((3, longest), dtype=np.int64)  # start, length, hash
+        stopped = np.zeros(1, dtype=np.int64)
+        n_features = self.spec.n_features
+        seen = np.zeros(n_features, dtype=np.int32)  # the kernel leaves them zero
+        bits = np.zeros(-(-n_features // 64), dtype=np.uint64)
+        top = np.zeros(-(-bits.size // 64), dtype=np.uint64)
+        bounds = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lens + 1, out=bounds[1:])
+        k = 0 if projection is None else projection.shape[1]
+        w = None if projection is None else np.ascontiguousarray(projection, np.float64)
+        y = np.zeros((n, k), dtype=np.float64) if k else None
+        args = dict(self.args, codes=codes.ctypes.data, n_docs=n, bounds=bounds.ctypes.data,
+                    lower=0 if table is None else table.ctypes.data, buf=buf.ctypes.data,
+                    g_s=grams[0].ctypes.data, g_n=grams[1].ctypes.data,
+                    g_h=grams[2].ctypes.data, seen=seen.ctypes.data, bits=bits.ctypes.data,
+                    top=top.ctypes.data, n_top=top.size, reuse=int(reuse),
+                    stopped=stopped.ctypes.data,
+                    indptr=indptr.ctypes.data, weigh=int(weigh), k=k,
+                    w=0 if w is None else w.ctypes.data, y=0 if y is None else y.ctypes.data)
+        first = 0
+        while True:
+            args.update(out.args(), first=first)
+            vec = np.fromiter((args[a] for a in ARGS), dtype=np.int64, count=len(ARGS))
+            rc = self.fn(vec.ctypes.data)
+            if rc == 0:
+                break
+            if rc != FULL:
+                return None  # the lowercase table met a code point it cannot map
+            first = int(stopped[0])
+            need = int(indptr[first]) + doc_bound(int(lens[first]), lo, hi)
+            out.grow(max(2 * out.cap, need), int(indptr[first]))
+        if reuse:
+            return None, None, None, None, y
+        nnz = int(indptr[-1])
+        return (out.cnt[:nnz].copy(), out.idx[:nnz].copy(), indptr,
+                out.val[:nnz].copy() if weigh else None, y)
+
+
+class _Outputs:
+    """The kernel's output entries (column int32, count int64, value float64), grown when
+    the kernel stops at a document they may not hold."""
+
+    def __init__(self, cap: int, weigh: bool) -> None:
+        self.cap, self.weigh = cap, weigh
+        self.idx = np.empty(cap, dtype=np.int32)
+        self.cnt = np.empty(cap, dtype=np.int64)
+        self.val = np.empty(cap if weigh else 0, dtype=np.float64)
+
+    def grow(self, cap: int, used: int) -> None:
+        if cap > _MAX_NNZ:
+            raise _TooLarge
+        for name in ("idx", "cnt", "val") if self.weigh else ("idx", "cnt"):
+            old = getattr(self, name)
+            new = np.empty(cap, dtype=old.dtype)
+            new[:used] = old[:used]
+            setattr(self, name, new)
+        self.cap = cap
+
+    def args(self) -> dict:
+        return dict(cap=self.cap, out_idx=self.idx.ctypes.data, out_cnt=self.cnt.ctypes.data,
+                    out_val=self.val.ctypes.data)
