@@ -182,6 +182,16 @@ def _stack_features(model: Any, ctx: Context, flow: Flow,
     return flow, np.result_type(*dtypes).name
 
 
+def _final_head(model: Any, ctx: Context, meta: Flow) -> Head:
+    """The final estimator on the stacked features. Its re-validation of them (check_array:
+    a member's prediction that overflowed raises there) holds for the methods it runs, not for
+    ``transform``, which returns the stack unvalidated as scikit-learn does."""
+    before = set(ctx.guarded)
+    final = sub_head(model, model.final_estimator_, ctx, meta, "predict")
+    ctx.exempt_from(set(ctx.guarded) - before, meta.node)
+    return final
+
+
 @register_head(StackingClassifier)
 def head_stacking_classifier(model: StackingClassifier, ctx: Context, flow: Flow) -> Head:
     require_fitted(model, "classes_")
@@ -189,7 +199,7 @@ def head_stacking_classifier(model: StackingClassifier, ctx: Context, flow: Flow
         raise unsupported(model, "multilabel targets")
     classes = np.asarray(model.classes_)
     meta, dtype = _stack_features(model, ctx, flow, len(classes))
-    final = sub_head(model, model.final_estimator_, ctx, meta, "predict")
+    final = _final_head(model, ctx, meta)
     methods = dict(final.methods)
     # the final estimator predicts encoded labels: map them through _label_encoder
     encoded = encoded_positions(model, model.final_estimator_, len(classes))
@@ -205,7 +215,7 @@ def head_stacking_classifier(model: StackingClassifier, ctx: Context, flow: Flow
 @register_head(StackingRegressor)
 def head_stacking_regressor(model: StackingRegressor, ctx: Context, flow: Flow) -> Head:
     meta, dtype = _stack_features(model, ctx, flow, None)
-    final = sub_head(model, model.final_estimator_, ctx, meta, "predict")
+    final = _final_head(model, ctx, meta)
     return Head({"predict": final.outputs["predict"], "transform": meta.node},
                 {"predict": final.methods["predict"],
                  "transform": MethodSpec("transform", dtype=dtype)})

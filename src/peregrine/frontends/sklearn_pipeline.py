@@ -43,7 +43,7 @@ from peregrine.frontends.steps import (
     weighted,
 )
 from peregrine.ir import GraphBuilder
-from peregrine.ir.spec import INPUT_ERRORS, MethodSpec, ModelSpec
+from peregrine.ir.spec import BOUNDARY_KINDS, INPUT_ERRORS, MethodSpec, ModelSpec
 from peregrine.registry import TypeRegistry
 
 
@@ -61,8 +61,9 @@ def model_spec(model: Any, build_head, n_features: int | None = None) -> ModelSp
     check = ctx.check_node()
     if check is not None:
         outputs[INPUT_ERRORS] = check
-    for (node, _), key in ctx.guarded.items():
-        outputs[key] = node.split("@")[0]
+    for (node, kind), key in ctx.guarded.items():
+        outputs[guard_name(key, kind, head.outputs, ctx.exempt.get((node, kind), ()))] = \
+            node.split("@")[0]
     graph = g.build(outputs)
     # infinity: refused at the boundary when a step reads an input column as it is and
     # refuses it (Context.reject_inf), or when a guard refuses infinity computed later (an
@@ -88,6 +89,17 @@ def model_spec(model: Any, build_head, n_features: int | None = None) -> ModelSp
         sparse_nan=ctx.sparse_nan,
         versions={"sklearn": sklearn_version},
     )
+
+
+def guard_name(key: str, kind: str, methods: dict[str, str], exempt: Any) -> str:
+    """A guard's output name, with ``#<method>,...`` after the step where only some methods
+    run the step that re-validates (runtime/guards.py ``check_guards``); a name without it
+    holds for every method (and every artifact saved before)."""
+    held = [m for m, node in methods.items() if node not in exempt]
+    if kind in BOUNDARY_KINDS or len(held) == len(methods):
+        return key
+    head, at, cols = key.partition("@")
+    return f"{head}#{','.join(held)}{at}{cols}"
 
 
 def frame_output(model: Any, methods: dict[str, MethodSpec]) -> dict[str, MethodSpec]:

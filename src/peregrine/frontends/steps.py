@@ -78,6 +78,15 @@ class Context:
     sparse_nan: str = "missing"
     # (node, kind) -> graph output name (GUARD prefix): values a step re-validates
     guarded: dict[tuple[str, str], str] = field(default_factory=dict)
+    # guard key -> method output nodes computed without the step that re-validates: a
+    # StackingRegressor's transform (its members' predictions) never runs the final estimator
+    # whose check_array the guard stands for (model_spec names the methods a guard holds for)
+    exempt: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+
+    def exempt_from(self, keys: Any, node: str) -> None:
+        """The output ``node`` is computed without the steps that made the guards ``keys``."""
+        for key in keys:
+            self.exempt.setdefault(key, set()).add(node)
 
     def add_check(self, node: str, what: list[tuple[str, int]]) -> None:
         self.checks.append((node, tuple(what)))

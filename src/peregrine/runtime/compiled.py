@@ -395,7 +395,8 @@ class CompiledModel:
             else:
                 out = exe.run(arr, (method.output,))[method.output]
         if beyond:  # values a later step re-validates (after the encoders' checks: the
-            check_guards(self.spec, arr, beyond=True)  # earlier steps raise first)
+            # earlier steps raise first), of the steps this method runs
+            check_guards(self.spec, arr, beyond=True, method=name)
         if method.strings:
             return _string_columns(X, self.spec, method.strings)
         # dtype "input": the source keeps a float32 input float32 (sklearn's scalers)

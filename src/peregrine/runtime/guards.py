@@ -26,7 +26,7 @@ import numpy as np
 
 from peregrine.errors import InputError
 from peregrine.ir import Op
-from peregrine.ir.spec import GUARD, ModelSpec
+from peregrine.ir.spec import BOUNDARY_KINDS, GUARD, ModelSpec
 
 # the smallest float64 magnitude that rounds to infinity in float32: 2**128 less half an ulp
 # of FLT_MAX (that tie rounds to even, which is infinity); the input boundary (inputs.py)
@@ -37,11 +37,6 @@ _MAX64 = float(np.finfo(np.float64).max)
 # (a LINEAR row sum of n terms by at most n ulps); 1e-6 covers a million terms
 _SLACK = 1e-6
 
-# guard kinds that name input columns the boundary checks (inputs.py): "input" (NaN/inf
-# refused as they are), "na" (pd.NA refused), "strings" (a numeric array refused: a step
-# comparing object values with None or a string, which scikit-learn refuses on numbers),
-# "objects" (object values read only for their NaNs: MissingIndicator(np.nan) alone)
-BOUNDARY_KINDS = ("na", "input", "strings", "objects")
 
 # M when even an all-zero row may break a rule: every row is checked (|x| > -1 always holds;
 # CompiledModel's one-row proof compares a sum of squares with -M*M, which nothing passes)
@@ -56,10 +51,10 @@ def guards(spec: ModelSpec) -> tuple[tuple, float]:
     entry = _CACHE.get(id(spec))
     if entry is not None and entry[0] is spec:
         return entry[1], entry[2]
-    # "guard:<kind>:<k>:<step>[@<input columns>]"
-    found = tuple(g for g in ((o, *o[len(GUARD):].split("@")[0].split(":", 2)[::2])
-                              for o in spec.graph.outputs if o.startswith(GUARD))
-                  if g[1] not in BOUNDARY_KINDS)
+    # "guard:<kind>:<k>:<step>[#<method>,...][@<input columns>]"
+    found = tuple((o, kind, step.split("#")[0]) for o, kind, step in (
+        (o, *o[len(GUARD):].split("@")[0].split(":", 2)[::2])
+        for o in spec.graph.outputs if o.startswith(GUARD)) if kind not in BOUNDARY_KINDS)
     m = _safe_magnitude(spec, found) if found else math.inf
     if len(_CACHE) > 4096:
         _CACHE.clear()
@@ -402,13 +397,27 @@ def beyond_bound(spec: ModelSpec, arr: Any) -> bool:
     return not (float(np.fmax.reduce(flat)) <= m and float(np.fmin.reduce(flat)) >= -m)
 
 
-def check_guards(spec: ModelSpec, arr: Any, beyond: bool | None = None) -> None:
+def holds_for(output: str, method: str | None) -> bool:
+    """Whether the guard ``output`` holds for ``method``: every method, unless its name lists
+    the methods that run the step re-validating (``#predict,...``: a StackingRegressor's
+    transform never runs the final estimator; frontends/sklearn_pipeline.py ``guard_name``)."""
+    head = output.split("@")[0]
+    if method is None or "#" not in head:
+        return True
+    return method in head.split("#", 1)[1].split(",")
+
+
+def check_guards(spec: ModelSpec, arr: Any, beyond: bool | None = None,
+                 method: str | None = None) -> None:
     """Raise InputError where a guarded value breaks its step's rule (the rows whose largest
     magnitude exceeds M are evaluated; the others cannot). ``beyond``: ``beyond_bound``'s
-    answer when the caller has it."""
+    answer when the caller has it; ``method``: only the guards holding for it (None: all)."""
     if not (beyond_bound(spec, arr) if beyond is None else beyond):
         return
     found, m = guards(spec)
+    found = tuple(g for g in found if holds_for(g[0], method))
+    if not found:
+        return
     x = arr if isinstance(arr, np.ndarray) else arr.detach().cpu().numpy()
     with np.errstate(invalid="ignore"):
         rows = np.flatnonzero(np.any(np.abs(x) > m, axis=1))
