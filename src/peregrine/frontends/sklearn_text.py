@@ -228,10 +228,14 @@ def _split(graph: Graph, text: TextSpec, model: Any) -> tuple[Graph, TextSpec]:
             inputs = tuple("X" if i == x.name else i for i in n.inputs)
             nodes[n.name] = dataclasses.replace(n, inputs=inputs,
                                                 attrs=dataclasses.replace(n.attrs, forest=forest))
-        text = dataclasses.replace(text, columns=gather)
-        if absent is not None:  # the same 0 -> NaN on the gathered columns alone
-            nodes[absent.name] = _node(absent.name, Op.IMPUTE, ("X",), int(cols.size),
-                                       values=np.full(cols.size, np.nan), missing=0.0)
+        # XGBoost: the gather itself writes NaN for S's absent entries (its 0 -> NaN would
+        # also turn a HashingVectorizer's explicit zeros, values to XGBoost, into missing)
+        text = dataclasses.replace(text, columns=gather, absent_nan=absent is not None)
+        if absent is not None:
+            for n in readers:
+                nodes[n.name] = dataclasses.replace(nodes[n.name], inputs=tuple(
+                    "X" if i == absent.name else i for i in nodes[n.name].inputs))
+            nodes.pop(absent.name)
     else:
         ops = sorted({n.op.name for n in readers})
         raise UnsupportedModelError(
@@ -265,8 +269,7 @@ def _column_scaler(graph: Graph, readers: list[Node], text: TextSpec) -> list[No
 
 def _absent_is_missing(n: Node) -> bool:
     """The IMPUTE 0 -> NaN steps._absent_as_missing puts before XGBoost reading a sparse
-    matrix. S stores no zeros (counts, TF-IDF weights and hashed sums that cancel are all
-    dropped), so its zeros are exactly its absent entries."""
+    matrix (the text boundary's gather takes its place: ``TextSpec.absent_nan``)."""
     return (n.op is Op.IMPUTE and float(n.attrs.missing) == 0.0
             and bool(np.all(np.isnan(np.asarray(n.attrs.values, dtype=np.float64)))))
 

@@ -35,7 +35,7 @@ def _rotl(b: ir.IRBuilder, x: ir.Value, r: int) -> ir.Value:
     return b.or_(b.shl(x, _i32(r)), b.lshr(x, _i32(32 - r)))
 
 
-def _murmur(f: Fn, buf: ir.Value, length: ir.Value) -> ir.Value:
+def murmur3_32(f: Fn, buf: ir.Value, length: ir.Value) -> ir.Value:
     """MurmurHash3 x86_32, seed 0, of ``buf[0:length]`` (i32; the buffer has 3 bytes of slack
     past ``length``: the tail's bytes are read and masked)."""
     b = f.b
@@ -70,7 +70,7 @@ def _murmur(f: Fn, buf: ir.Value, length: ir.Value) -> ir.Value:
     return b.xor(hv, b.lshr(hv, _i32(16)))
 
 
-def _encode(f: Fn, codes: ir.Value, buf: ir.Value, start: ir.Value, end: ir.Value,
+def encode_utf8(f: Fn, codes: ir.Value, buf: ir.Value, start: ir.Value, end: ir.Value,
             pos: ir.Value) -> None:
     """UTF-8 of ``codes[start:end]`` appended at ``buf[*pos]`` (surrogates as 3 bytes, as
     Python's "surrogatepass"); up to 3 bytes past the end are scribbled on."""
@@ -134,11 +134,11 @@ def _build(symbol: str, triple: str) -> ir.Module:
         b.store(b.add(at, _c(1)), pos)
 
     f.when(b.icmp_signed(">", nv, _c(1)), space, "sp")
-    _encode(f, p["codes"], p["scratch"], f.load(p["tok_s"], I64, last),
+    encode_utf8(f, p["codes"], p["scratch"], f.load(p["tok_s"], I64, last),
             f.load(p["tok_e"], I64, last), pos)
 
     def emit() -> None:
-        h = b.sext(_murmur(f, p["scratch"], f.get(pos)), I64)
+        h = b.sext(murmur3_32(f, p["scratch"], f.get(pos)), I64)
         neg = b.icmp_signed("<", h, _c(0))
         col = b.srem(b.select(neg, b.sub(_c(0), h), h), a["n_features"])
         flip = b.and_(neg, b.icmp_signed("!=", a["alt"], _c(0)))

@@ -128,29 +128,34 @@ def weigh_row(f: Fn, d: ir.Value, lo: ir.Value, hi: ir.Value, p: dict, sqrt, fab
     f.loops.range(_c(0), k, _c(1), output, "project")
 
 
-def mark_column(f: Fn, p: dict, col: ir.Value) -> None:
+def mark_column(f: Fn, p: dict, col: ir.Value, step: ir.Value | None = None) -> None:
     """Count one occurrence of ``col`` in the row being built: ``seen[col] += 1``, and on the
-    first one its bit in ``bits`` (one per column) and in ``top`` (one per 64 columns)."""
+    first one its bit in ``bits`` (one per column) and in ``top`` (one per 64 columns).
+    ``step`` (i32, +-1: HashingVectorizer's signs) adds it instead; a column whose sum came
+    back to 0 is then new again, so the bit itself says whether it is marked."""
     b = f.b
     seen = f.load(p["seen"], I32, col)
+    word = b.lshr(col, _c(6))
+    bit = b.shl(_c(1), b.and_(col, _c(63)))
 
     def first() -> None:
-        word = b.lshr(col, _c(6))
-        f.store(b.or_(f.load(p["bits"], I64, word), b.shl(_c(1), b.and_(col, _c(63)))),
-                p["bits"], I64, word)
+        f.store(b.or_(f.load(p["bits"], I64, word), bit), p["bits"], I64, word)
         top = b.lshr(col, _c(12))
         f.store(b.or_(f.load(p["top"], I64, top), b.shl(_c(1), b.and_(word, _c(63)))),
                 p["top"], I64, top)
 
-    f.when(b.icmp_signed("==", seen, _c(0, I32)), first, "mark.first")
-    f.store(b.add(seen, _c(1, I32)), p["seen"], I32, col)
+    new = b.icmp_signed("==", seen, _c(0, I32)) if step is None else b.icmp_unsigned(
+        "==", b.and_(f.load(p["bits"], I64, word), bit), _c(0))
+    f.when(new, first, "mark.first")
+    f.store(b.add(seen, _c(1, I32) if step is None else step), p["seen"], I32, col)
 
 
 def bitmap_row(f: Fn, p: dict, cttz, n_top: ir.Value, row0: ir.Value) -> ir.Value:
     """The row's (column, count) pairs in column order from the marks of ``mark_column``,
     written from ``row0`` of out_idx / out_cnt (the sorted, counted row count_row makes, with
-    no sort: the set bits are read in order); the marks are cleared for the next row. Returns
-    the row's end."""
+    no sort: the set bits are read in order), sums that cancelled to 0 included (scipy's
+    sum_duplicates keeps them as explicit zeros); the marks are cleared for the next row.
+    Returns the row's end."""
     b = f.b
     out = f.var(row0, "bm.out")
     false = ir.Constant(ir.IntType(1), 0)
@@ -175,8 +180,9 @@ def bitmap_row(f: Fn, p: dict, cttz, n_top: ir.Value, row0: ir.Value) -> ir.Valu
             col = b.add(b.shl(word, _c(6)), b.call(cttz, [wv, false]))
             b.store(b.and_(wv, b.sub(wv, _c(1))), w)
             o = f.get(out)
+            count = f.load(p["seen"], I32, col)
             f.store(b.trunc(col, I32), p["out_idx"], I32, o)
-            f.store(b.sext(f.load(p["seen"], I32, col), I64), p["out_cnt"], I64, o)
+            f.store(b.sext(count, I64), p["out_cnt"], I64, o)
             f.store(_c(0, I32), p["seen"], I32, col)
             b.store(b.add(o, _c(1)), out)
             b.branch(wh)

@@ -88,7 +88,7 @@ class TextRunner:
         lo, hi = spec.ngram_range
         self.stop = frozenset(spec.stop_words)
         self.compiled = compiled  # HashingVectorizer's compiled hashing (text_hash.py)
-        self._native: Any = None if compiled and not spec.hashing else False
+        self._native: Any = None if compiled else False
         if spec.hashing or spec.analyzer != "word":
             # character n-grams are looked up whole: one verified table of the terms
             self.tokens = None if spec.hashing else _Tokens(list(spec.vocabulary), "word")
@@ -119,11 +119,14 @@ class TextRunner:
 
     def native(self) -> Any:
         """The compiled tokenizer's tables (runtime/text_native.py; text_char_native.py for
-        character n-grams), built on first use; None where it does not run (hashing, n-gram
-        keys past int64, an empty vocabulary, no LLVM)."""
+        character n-grams, text_hash_native.py for HashingVectorizer's words), built on first
+        use; None where it does not run (hashed character n-grams or stop words, n-gram keys
+        past int64, an empty vocabulary, no LLVM)."""
         if self._native is None:
             try:
-                if self.spec.analyzer == "word":
+                if self.spec.hashing:
+                    from peregrine.runtime.text_hash_native import NativeHash as kind
+                elif self.spec.analyzer == "word":
                     from peregrine.runtime.text_native import NativeText as kind
                 else:
                     from peregrine.runtime.text_char_native import NativeChar as kind
@@ -256,7 +259,13 @@ class TextRunner:
             return np.asarray(s @ np.asarray(spec.projection, dtype=np.float64),
                               dtype=np.float64)
         cols = np.asarray(spec.columns, dtype=np.int64)
-        return np.asarray(s[:, cols].toarray(), dtype=np.float64)
+        sub = s[:, cols]
+        if not spec.absent_nan:
+            return np.asarray(sub.toarray(), dtype=np.float64)
+        out = np.full(sub.shape, np.nan)  # absent: missing; stored (zeros too): the value
+        rows = np.repeat(np.arange(sub.shape[0]), np.diff(sub.indptr))
+        out[rows, sub.indices] = sub.data
+        return out
 
 
 def _csr(values: np.ndarray, indices: np.ndarray, indptr: np.ndarray, n_docs: int,
@@ -275,15 +284,14 @@ def _count_pairs(doc: np.ndarray, feat: np.ndarray, n_docs: int, n_features: int
     if sign is None:
         uniq, data = np.unique(key, return_counts=True)
         data = data.astype(np.int64)
-    else:  # HashingVectorizer: signed sums; sum_duplicates drops the entries that cancel
+    else:  # HashingVectorizer: signed sums; sum_duplicates keeps the ones that cancel, as
+        # explicit zeros (binary then makes them 1, XGBoost reads them as values)
         order = np.argsort(key, kind="stable")
         key, sign = key[order], sign[order]
         first = np.flatnonzero(np.diff(key, prepend=-1) != 0)
         uniq = key[first]
         data = np.add.reduceat(sign.astype(np.int64), first) if first.size else \
             np.zeros(0, dtype=np.int64)
-        nz = data != 0
-        uniq, data = uniq[nz], data[nz]
     rows = uniq // n_features
     indices = (uniq - rows * n_features).astype(np.int32)
     indptr = np.zeros(n_docs + 1, dtype=np.int32)

@@ -95,6 +95,10 @@ class TextSpec:
     # entry of this array; ``clip``: then np.clip(S.data, -1, 1) (MaxAbsScaler(clip=True))
     column_scale: np.ndarray | None = None
     clip: bool = False
+    # the gathered columns go to XGBoost, which reads a sparse matrix's absent entries as
+    # missing and its stored ones, explicit zeros included (a HashingVectorizer's signed sums
+    # that cancel), as values: the gather writes NaN where S has no entry
+    absent_nan: bool = False
 
     def __post_init__(self) -> None:
         if self.char_class not in ("word", "nonspace") or self.min_len < 1:
@@ -143,7 +147,8 @@ class TextSpec:
                 "hashing": self.hashing, "alternate_sign": self.alternate_sign,
                 "dtype": self.dtype, "column": self.column, "binarize": self.binarize,
                 "strip_accents": self.strip_accents, "frame_width": self.frame_width,
-                "unread": list(self.unread), "analyzer": self.analyzer, "clip": self.clip}
+                "unread": list(self.unread), "analyzer": self.analyzer, "clip": self.clip,
+                "absent_nan": self.absent_nan}
         arrays = {"vocabulary": np.asarray(self.vocabulary, dtype=str)}
         for key in ("idf", "projection", "columns", "column_scale"):
             if getattr(self, key) is not None:
@@ -175,6 +180,7 @@ class TextSpec:
                    idf=arrays.get("idf"), projection=arrays.get("projection"),
                    columns=arrays.get("columns"), column_scale=arrays.get("column_scale"),
                    clip=bool(meta.get("clip", False)),
+                   absent_nan=bool(meta.get("absent_nan", False)),
                    more=tuple(cls.from_state(m, {k.split(".", 1)[1]: v for k, v in arrays.items()
                                                  if k.startswith(f"more{i}.")})
                               for i, m in enumerate(meta.get("more", ()))))

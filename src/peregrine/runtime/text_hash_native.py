@@ -1,0 +1,95 @@
+"""A HashingVectorizer TextRunner (word analyzer, no stop words) laid out for its compiled
+kernel (kernels/text_hash_kernel.py), and the call: documents -> CSR signed counts, normalised
+values or the projected (n, K) scores in one pass, sharing NativeText's preprocessing
+(``run``: Python's ``lower()`` of ASCII text, the lowercase table otherwise, NFKD in Python
+for strip_accents).
+
+The kernel computes what the NumPy path computes (runtime/text.py's tokens, text_hash.py's
+MurmurHash3 and FeatureHasher's sums): tests/test_text_native.py compares both with
+scikit-learn.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from typing import Any
+
+import numpy as np
+
+from peregrine.kernels.text_hash_kernel import ARGS, HashKernelSpec
+from peregrine.runtime.text_native import _MAX_NNZ, NativeText, _TooLarge
+
+_KERNEL = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
+
+
+@functools.cache
+def _kernel() -> Any:
+    from peregrine.kernels import jit
+
+    address, _ = jit.kernel_address(HashKernelSpec())
+    return _KERNEL(address)
+
+
+class NativeHash(NativeText):
+    """The kernel's view of a HashingVectorizer's TextRunner."""
+
+    def __init__(self, run: Any) -> None:  # not NativeText's: it builds vocabulary tables
+        spec = self.spec = run.spec
+        if spec.analyzer != "word" or run.stop:
+            raise OverflowError("stop words: the NumPy path")
+        lo, hi = spec.ngram_range
+        self.hi = hi
+        self.idf = np.ones(spec.n_features, dtype=np.float64)  # v * 1.0 is v
+        self.keep = [run.table, self.idf]
+        self.args = dict.fromkeys(ARGS, 0)
+        self.args.update(klass=run.table.ctypes.data, min_len=spec.min_len, lo=lo, hi=hi,
+                         n_features=spec.n_features, alt=int(spec.alternate_sign),
+                         idf=self.idf.ctypes.data, norm={"": 0, "l1": 1, "l2": 2}[spec.norm],
+                         binary=int(spec.binary))
+        self.fn = _kernel()
+
+    def _scan(self, codes: np.ndarray, lens: np.ndarray, table: np.ndarray | None,
+              weigh: bool, projection: np.ndarray | None) -> tuple | None:
+        spec, n = self.spec, lens.size
+        lo, hi = spec.ngram_range
+        longest = int(lens.max()) if n else 0
+        # tokens: runs of >= min_len characters, each followed by a separator but the last;
+        # each starts at most one feature per n
+        per_doc = (longest + 1) // (spec.min_len + 1) + 1
+        reuse = projection is not None  # only y is wanted: every row reuses one buffer
+        cap = per_doc if reuse else (codes.size + 1) // (spec.min_len + 1) + 1
+        cap *= hi - lo + 1
+        if cap > _MAX_NNZ:
+            raise _TooLarge
+        idx = np.empty(cap, dtype=np.int32)
+        cnt = np.empty(cap, dtype=np.int64)
+        val = np.empty(cap if weigh else 0, dtype=np.float64)
+        indptr = np.empty(n + 1, dtype=np.int32)
+        buf = np.empty(max(longest, 1), dtype=np.uint32)
+        tok = np.empty((2, per_doc), dtype=np.int64)
+        scratch = np.empty(hi * (4 * longest + 1) + 8, dtype=np.uint8)  # + the tail's slack
+        seen = np.zeros(spec.n_features, dtype=np.int32)  # the kernel leaves them zero
+        bits = np.zeros(-(-spec.n_features // 64), dtype=np.uint64)
+        top = np.zeros(-(-bits.size // 64), dtype=np.uint64)
+        bounds = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lens + 1, out=bounds[1:])
+        k = 0 if projection is None else projection.shape[1]
+        w = None if projection is None else np.ascontiguousarray(projection, np.float64)
+        y = np.zeros((n, k), dtype=np.float64) if k else None
+        args = dict(self.args, codes=codes.ctypes.data, n_docs=n, bounds=bounds.ctypes.data,
+                    lower=0 if table is None else table.ctypes.data, buf=buf.ctypes.data,
+                    tok_s=tok[0].ctypes.data, tok_e=tok[1].ctypes.data,
+                    bytes=scratch.ctypes.data, seen=seen.ctypes.data, bits=bits.ctypes.data,
+                    top=top.ctypes.data, n_top=top.size, reuse=int(reuse),
+                    out_idx=idx.ctypes.data, out_cnt=cnt.ctypes.data,
+                    indptr=indptr.ctypes.data, weigh=int(weigh), out_val=val.ctypes.data, k=k,
+                    w=0 if w is None else w.ctypes.data, y=0 if y is None else y.ctypes.data)
+        vec = np.fromiter((args[a] for a in ARGS), dtype=np.int64, count=len(ARGS))
+        if self.fn(vec.ctypes.data) != 0:
+            return None  # the lowercase table met a code point it cannot map
+        if reuse:
+            return None, None, None, None, y
+        nnz = int(indptr[-1])
+        return (cnt[:nnz].copy(), idx[:nnz].copy(), indptr,
+                val[:nnz].copy() if weigh and projection is None else None, y)
