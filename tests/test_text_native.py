@@ -224,3 +224,28 @@ def test_hashing_cancelled_sums_reach_models_as_scikit_learn_gives_them():
             np.testing.assert_allclose(fast.predict_proba(test), model.predict_proba(test),
                                        rtol=1e-5, atol=1e-6)
             np.testing.assert_array_equal(fast.predict(test), model.predict(test))
+
+
+def test_explain_names_the_tokenizer():
+    """explain() says which tokenizer each text boundary runs and what the graph reads."""
+    import json
+
+    from sklearn.feature_extraction.text import HashingVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    rng = np.random.default_rng(9)
+    docs = _docs(rng, 120, NO_SPECIAL)
+    y = np.arange(len(docs)) % 2
+    cases = [(TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 3)), "NativeChar"),
+             (TfidfVectorizer(ngram_range=(1, 2)), "NativeText"),
+             (HashingVectorizer(n_features=64), "NativeHash"),
+             (HashingVectorizer(n_features=64, stop_words=["ab"]), None)]
+    for vec, kind in cases:
+        fast = peregrine.compile(make_pipeline(vec, LogisticRegression()).fit(docs, y),
+                                 backend="native")
+        (entry,) = fast.explain_dict()["text"]
+        json.dumps(entry)
+        assert entry["tokenizer"] == (f"compiled kernel ({kind})" if kind else "NumPy path")
+        assert entry["reads"] == "S @ projection (1 columns)"
+        assert f"tokenizer: {entry['tokenizer']}" in fast.explain()

@@ -152,6 +152,10 @@ class CompiledModel:
             if isinstance(val, dict):
                 val = json.dumps(val, default=str)
             lines.append(f"  {key}: {val}")
+        for t in info.get("text", ()):
+            lines.append(f"  text: {t['analyzer']} {tuple(t['ngram_range'])}-grams, "
+                         f"{t['columns']} columns, the graph reads {t['reads']}; tokenizer: "
+                         f"{t['tokenizer']}")
         lines.append(f"  validation: {_validation_line(info['validation'])}")
         if isinstance(info["passes"], list):
             lines.append("  passes:")
@@ -160,6 +164,11 @@ class CompiledModel:
         return "\n".join(lines)
 
     def explain_dict(self) -> dict[str, Any]:
+        text = None
+        if self.spec.text is not None:
+            from peregrine.runtime.text import explain_text
+
+            text = explain_text(self.spec.text)
         return {
             "source": self.spec.source,
             "backend": self.backend,
@@ -170,6 +179,7 @@ class CompiledModel:
             "backend_choices": self._exec.explain(),
             "validation": self.validation or "not validated",
             "passes": self.passes if self.passes is not None else "not recorded",
+            **({} if text is None else {"text": text}),
         }
 
     def to(self, device: str) -> CompiledModel:

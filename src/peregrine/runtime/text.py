@@ -334,6 +334,27 @@ def runner(spec: TextSpec) -> TextRunner:
     return _runner(spec)
 
 
+def explain_text(spec: TextSpec) -> list[dict[str, Any]]:
+    """What each text boundary of a model does (``CompiledModel.explain``): the analyzer, the
+    matrix's columns, what the graph reads of it, and which tokenizer runs: a compiled kernel
+    or the NumPy path (docs/text.md says where each applies). Builds the runner's tables, as
+    the first call would."""
+    out = []
+    for one in (spec, *spec.more):
+        nat = runner(one).native()
+        reads = (f"S @ projection ({int(np.shape(one.projection)[1])} columns)"
+                 if one.projection is not None else
+                 f"S[:, columns] ({int(np.size(one.columns))} columns"
+                 + (", absent entries as NaN)" if one.absent_nan else ")")
+                 if one.columns is not None else "S (csr_matrix)")
+        out.append({"analyzer": "hashing " + one.analyzer if one.hashing else one.analyzer,
+                    "ngram_range": list(one.ngram_range), "columns": one.n_features,
+                    "reads": reads,
+                    "tokenizer": "NumPy path" if nat is None else
+                    f"compiled kernel ({type(nat).__name__})"})
+    return out
+
+
 def text_matrix(X: Any, spec: Any) -> Any:
     """A text model's documents as its vectorizer's sparse matrix (``ModelSpec.text``)."""
     return runner(spec.text).matrix(documents(X))
