@@ -249,3 +249,86 @@ def test_explain_names_the_tokenizer():
         assert entry["tokenizer"] == (f"compiled kernel ({kind})" if kind else "NumPy path")
         assert entry["reads"] == "S @ projection (1 columns)"
         assert f"tokenizer: {entry['tokenizer']}" in fast.explain()
+
+
+def test_hashing_then_tfidf_transformer_weighs_by_idf():
+    """HashingVectorizer(norm=None) -> TfidfTransformer: the hashing kernel multiplies by the
+    transformer's idf_ (it used ones: plain normalised counts), as the NumPy path does."""
+    from sklearn.feature_extraction.text import HashingVectorizer, TfidfTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    from peregrine.frontends.sklearn_text import text_spec
+
+    rng = np.random.default_rng(11)
+    alphabet = [c for c in NO_SPECIAL if c != "\ud800"]  # sklearn encodes UTF-8
+    docs, test = _docs(rng, 200, alphabet), _docs(rng, 100, alphabet)
+    hv = HashingVectorizer(n_features=32, norm=None, ngram_range=(1, 2))
+    tf = TfidfTransformer().fit(hv.transform(docs))
+    want = tf.transform(hv.transform(test))
+    run = TextRunner(text_spec(hv, tf))
+    assert run.native() is not None
+    for got in (run.matrix(test), TextRunner(text_spec(hv, tf), compiled=False).matrix(test)):
+        np.testing.assert_array_equal(got.indices, want.indices)
+        np.testing.assert_array_equal(got.data, want.data)
+    y = np.arange(len(docs)) % 2
+    model = make_pipeline(HashingVectorizer(n_features=32, norm=None), TfidfTransformer(),
+                          LogisticRegression()).fit(docs, y)
+    fast = peregrine.compile(model, backend="native")
+    np.testing.assert_allclose(fast.predict_proba(test), model.predict_proba(test),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("analyzer", ["char", "char_wb", "word"])
+def test_nul_characters_in_terms(analyzer):
+    """"b" and "b\\0" are two terms: the terms' hash adds c + 1 per code point (with c alone a
+    trailing NUL added nothing under every base, and every call raised RuntimeError)."""
+    kw = dict(token_pattern=r"\S+") if analyzer == "word" else dict(ngram_range=(1, 3))
+    train = ["b\x00 a", "ab\x00\x00 b", "\x00", "b a"]
+    vec = CountVectorizer(analyzer=analyzer, **kw).fit(train)
+    test = train + ["b\x00\x00\x00 ab", ""]
+    for compiled in (True, False):
+        got = TextRunner(_spec(vec, train), compiled=compiled).matrix(test)
+        np.testing.assert_array_equal(got.toarray(), vec.transform(test).toarray())
+
+
+def test_hashing_refuses_lone_surrogates_as_scikit_learn_does():
+    from sklearn.feature_extraction.text import HashingVectorizer
+
+    vec = HashingVectorizer(token_pattern=r"\S+").fit(["a"])
+    with pytest.raises(UnicodeEncodeError):
+        vec.transform(["ok", "a\ud800b cd"])
+    fast = peregrine.compile(vec)
+    with pytest.raises(peregrine.InputError, match="document 1 holds a lone surrogate"):
+        fast.transform(["ok", "a\ud800b cd"])
+    assert fast.transform(["ok \u00e9"]).nnz == 2
+
+
+def test_infinite_idf_is_refused_where_scikit_learn_normalize_refuses_it():
+    """smooth_idf=False and a given vocabulary term no training document held: idf_ is
+    infinite; scikit-learn's normalize raises on a document holding the term."""
+    vec = TfidfVectorizer(smooth_idf=False, vocabulary=["apple", "zzz"]).fit(["apple pie"] * 3)
+    with pytest.raises(ValueError, match="infinity"):
+        vec.transform(["zzz apple"])
+    fast = peregrine.compile(vec)
+    with pytest.raises(peregrine.InputError, match="document 1: term 'zzz'"):
+        fast.transform(["apple", "zzz apple"])
+    np.testing.assert_array_equal(fast.transform(["apple", "pie"]).toarray(),
+                                  vec.transform(["apple", "pie"]).toarray())
+
+
+def test_wide_hashing_takes_the_numpy_path():
+    """Past MAX_COLUMNS the per-column counts and bitmap scan cost more than the NumPy path:
+    the kernel steps aside (the answer is the same)."""
+    from sklearn.feature_extraction.text import HashingVectorizer
+
+    from peregrine.runtime.text_hash_native import MAX_COLUMNS
+
+    docs = ["a b c", "c d", ""]
+    for n, native in ((MAX_COLUMNS, True), (MAX_COLUMNS + 1, False)):
+        vec = HashingVectorizer(n_features=n).fit(docs)
+        run = TextRunner(_spec(vec, docs))
+        assert (run.native() is not None) is native
+        got, want = run.matrix(docs), vec.transform(docs)
+        np.testing.assert_array_equal(got.indices, want.indices)
+        np.testing.assert_array_equal(got.data, want.data)

@@ -7,7 +7,7 @@ at a time, while its row is in cache,
    code points into one space (``re.sub(r"\\s\\s+", " ", doc)``); ``char_wb`` copies each word
    of ``doc.split()`` padded to ``" " + w + " "``, one after the other;
 2. every window the analyzer yields is hashed as it grows one code point at a time (the
-   terms' table hash ``sum c_j B^j`` mod 2**64) and its home slot prefetched;
+   terms' table hash ``sum (c_j + 1) B^j`` mod 2**64) and its home slot prefetched;
 3. each window probes the terms' table, is verified code point by code point and emits its
    term's column;
 4. the row (text_rows.py): each column is counted in a dense array and marked in a two-level
@@ -99,7 +99,7 @@ def _build(symbol: str, triple: str) -> ir.Module:
             def grow(n: ir.Value) -> None:  # the window buf[off + s: off + s + n]
                 at = b.add(off, s)
                 c = b.zext(f.load(p["buf"], I32, b.add(at, b.sub(n, _c(1)))), I64)
-                hv = b.add(f.get(h), b.mul(c, f.get(pw)))
+                hv = b.add(f.get(h), b.mul(b.add(c, _c(1)), f.get(pw)))  # (c + 1): NUL counts
                 b.store(hv, h)
                 b.store(b.mul(f.get(pw), a["base"]), pw)
                 want = b.or_(b.icmp_signed(">=", n, a["lo"]),

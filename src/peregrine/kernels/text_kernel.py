@@ -2,7 +2,7 @@
 the NumPy path it reproduces, docs/text.md the design): one pass over the documents' UTF-32
 code points, one document at a time while its row is in cache:
 
-1. scan: lowercase, find the runs of token characters, hash each (``sum c_j B^j`` mod 2**64)
+1. scan: lowercase, find the runs of token characters, hash each (``sum (c_j + 1) B^j`` mod 2**64)
    and prefetch its slot in the token table (the misses of a document's tokens overlap);
 2. resolve: probe each token's id, verify it code point by code point, drop stop words, emit
    the unigram columns;
@@ -108,7 +108,7 @@ def _build(symbol: str, triple: str) -> ir.Module:
         b.cbranch(is_token_char(c), take, rd)
         b.position_at_end(take)
         p0 = f.get(pw)
-        b.store(b.add(f.get(h), b.mul(c, p0)), h)
+        b.store(b.add(f.get(h), b.mul(b.add(c, _c(1)), p0)), h)  # (c + 1): _hash_runs
         b.store(b.mul(p0, a["base"]), pw)
         b.store(b.add(cur, _c(1)), i)
         b.branch(rh)

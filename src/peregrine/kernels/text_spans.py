@@ -1,6 +1,6 @@
 """Span lookup, compiled (runtime/text_char.py calls it for character n-grams; the NumPy
 ``text_tokens._Tokens.lookup`` is the reference): for each span [s, e) of the code points, its
-polynomial hash ``sum c_{s+j} B^j`` mod 2**64, a probe of the terms' open-addressing table
+polynomial hash ``sum (c_{s+j} + 1) B^j`` mod 2**64, a probe of the terms' open-addressing table
 (``HashTable``: home slot ``(h * MIX) >> shift``, linear probing, an empty slot holds -1), then
 the code points compared with the term it hit; the term's id, or -1.
 """
@@ -34,12 +34,12 @@ def _build(symbol: str, triple: str) -> ir.Module:
         b.store(_c(0), h)
         b.store(_c(1), pw)
         b.store(s, j)
-        head, body, done = f.loop("hash")  # h = sum c_{s+j} B^j, wrapping
+        head, body, done = f.loop("hash")  # h = sum (c_{s+j} + 1) B^j, wrapping
         b.cbranch(b.icmp_signed("<", f.get(j), e), body, done)
         b.position_at_end(body)
         jv, pv = f.get(j), f.get(pw)
         c = b.zext(f.load(p["codes"], I32, jv), I64)
-        b.store(b.add(f.get(h), b.mul(c, pv)), h)
+        b.store(b.add(f.get(h), b.mul(b.add(c, _c(1)), pv)), h)  # (c + 1): _hash_runs
         b.store(b.mul(pv, a["base"]), pw)
         b.store(b.add(jv, _c(1)), j)
         b.branch(head)

@@ -12,7 +12,7 @@ no LLVM) and the kernel's test oracle (``TextRunner(spec, compiled=False)``):
    points.
 2. A code-point table built once from Python's own ``re`` (``\\w``) or ``str.isspace`` marks the
    token characters; tokens are the runs of marked code points at least ``min_len`` long.
-3. Each token gets a 64-bit polynomial hash from prefix sums (``sum c_j B^j`` mod 2**64, made
+3. Each token gets a 64-bit polynomial hash from prefix sums (``sum (c_j + 1) B^j`` mod 2**64, made
    position-independent by ``B^-start``), is looked up among the hashes of the terms' tokens
    in an open-addressing table (``text_tokens.HashTable``) and then compared code point by code point with the term it hit: a
    hash collision can only make a lookup miss a term it does not equal, never hit a wrong one.
@@ -88,7 +88,11 @@ class TextRunner:
         lo, hi = spec.ngram_range
         self.stop = frozenset(spec.stop_words)
         self.compiled = compiled  # HashingVectorizer's compiled hashing (text_hash.py)
-        self._native: Any = None if compiled else False
+        # an idf of infinity (smooth_idf=False and a given vocabulary term no training
+        # document held) makes values scikit-learn's normalize refuses: the NumPy path, which
+        # says where (``_refuse_infinite``)
+        self.infinite_idf = spec.idf is not None and not bool(np.all(np.isfinite(spec.idf)))
+        self._native: Any = None if compiled and not self.infinite_idf else False
         if spec.hashing or spec.analyzer != "word":
             # character n-grams are looked up whole: one verified table of the terms
             self.tokens = None if spec.hashing else _Tokens(list(spec.vocabulary), "word")
@@ -209,6 +213,8 @@ class TextRunner:
     def matrix(self, docs: list[str]) -> Any:
         """S: the vectorizer's transform (a scipy.sparse csr_matrix of ``spec.dtype``)."""
         spec = self.spec
+        if spec.hashing:
+            _refuse_surrogates(docs)
         nat = self.native()
         if nat is not None and nat.weighs and (spec.idf is not None or spec.norm):
             got = nat.run(docs, weigh=True)  # tf-idf values from the kernel
@@ -223,6 +229,8 @@ class TextRunner:
             values += 1.0
         if spec.idf is not None:
             values *= np.asarray(spec.idf, dtype=np.float64)[indices]
+        if self.infinite_idf and spec.norm:
+            _refuse_infinite(values, indices, indptr, spec)
         if spec.norm:
             values = _normalize_rows(values, indptr, spec.norm)
         if spec.idf is None and not spec.norm and not spec.sublinear_tf \
@@ -244,6 +252,8 @@ class TextRunner:
     def dense(self, docs: list[str]) -> np.ndarray:
         """The (n, K) float64 matrix the graph reads: S @ projection or S[:, columns]."""
         spec = self.spec
+        if spec.hashing:
+            _refuse_surrogates(docs)
         nat = self.native()
         if nat is not None and nat.weighs and spec.projection is not None and \
                 spec.binarize is None and spec.column_scale is None:
@@ -266,6 +276,39 @@ class TextRunner:
         rows = np.repeat(np.arange(sub.shape[0]), np.diff(sub.indptr))
         out[rows, sub.indices] = sub.data
         return out
+
+
+def _refuse_surrogates(docs: list[str]) -> None:
+    """HashingVectorizer hashes each feature's UTF-8 bytes: a lone surrogate code point has
+    none, and scikit-learn raises UnicodeEncodeError there; an InputError naming the
+    document (the kernels would encode it as Python's "surrogatepass" does)."""
+    joined = "\n".join(docs)
+    if joined.isascii():
+        return
+    try:
+        joined.encode("utf-8")
+    except UnicodeEncodeError as e:
+        ends = np.cumsum([len(d) + 1 for d in docs])
+        doc = int(np.searchsorted(ends, e.start, side="right"))
+        raise InputError(
+            f"document {doc} holds a lone surrogate (U+{ord(joined[e.start]):04X}), which has "
+            "no UTF-8 encoding: HashingVectorizer hashes UTF-8 bytes (scikit-learn raises "
+            "UnicodeEncodeError)") from None
+
+
+def _refuse_infinite(values: np.ndarray, indices: np.ndarray, indptr: np.ndarray,
+                     spec: TextSpec) -> None:
+    """An infinite idf reached a document: scikit-learn's normalize (check_array) refuses
+    the infinity before the norm; an InputError naming the document and the term."""
+    bad = np.flatnonzero(~np.isfinite(values))
+    if bad.size:
+        doc = int(np.searchsorted(indptr, bad[0], side="right")) - 1
+        col = int(indices[bad[0]])
+        term = spec.vocabulary[col] if col < len(spec.vocabulary) else col
+        raise InputError(
+            f"document {doc}: term {term!r} has an infinite idf (smooth_idf=False and no "
+            "training document held it), so its tf-idf is infinite and the norm refuses it, "
+            "as scikit-learn's normalize does (Input contains infinity)")
 
 
 def _csr(values: np.ndarray, indices: np.ndarray, indptr: np.ndarray, n_docs: int,

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from peregrine.kernels.text_char_kernel import ARGS, CharKernelSpec, doc_bound
+from peregrine.runtime.text_hash_native import MAX_COLUMNS
 from peregrine.runtime.text_native import _MAX_NNZ, NativeText, _signed, _slots, _TooLarge
 from peregrine.runtime.text_tokens import _class_table
 
@@ -44,8 +45,10 @@ class NativeChar(NativeText):
 
     def __init__(self, run: Any) -> None:  # not NativeText's: it builds the word tables
         spec, tok = run.spec, run.tokens
-        if not tok.size:
-            raise OverflowError("no terms")  # nothing to look up: the NumPy path answers
+        if not tok.size or spec.n_features > MAX_COLUMNS:
+            # nothing to look up, or a vocabulary too large for the per-column counts (as
+            # for hashing): the NumPy path answers
+            raise OverflowError("the NumPy path")
         lo, hi = spec.ngram_range
         self.spec, self.hi = spec, hi
         self.idf = (np.asarray(spec.idf, dtype=np.float64) if spec.idf is not None

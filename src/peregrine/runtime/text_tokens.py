@@ -118,12 +118,14 @@ def _powers(n: int, base: int) -> tuple[np.ndarray, np.ndarray]:
 
 def _hash_runs(codes: np.ndarray, starts: np.ndarray, ends: np.ndarray,
                base: int) -> np.ndarray:
-    """Polynomial hash sum c_{s+j} B^j (mod 2**64) of each run [s, e) of ``codes``."""
+    """Polynomial hash sum (c_{s+j} + 1) B^j (mod 2**64) of each run [s, e) of ``codes``
+    (the + 1: a run and the same run with NUL characters after it hash apart, so a vocabulary
+    holding "ab" and "ab\0" has distinct hashes; with c alone they collide under every base)."""
     n = codes.size + 1
     p, q = _powers(1 << max(16, (n - 1).bit_length()), base)  # cached per power of two
     with np.errstate(over="ignore"):
         prefix = np.zeros(n, dtype=np.uint64)
-        np.cumsum(codes.astype(np.uint64) * p[:codes.size], out=prefix[1:])
+        np.cumsum((codes.astype(np.uint64) + np.uint64(1)) * p[:codes.size], out=prefix[1:])
         return (prefix[ends] - prefix[starts]) * q[starts]
 
 
