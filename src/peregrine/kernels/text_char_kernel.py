@@ -41,7 +41,7 @@ from peregrine.kernels.text_ir import (
     probe_slots,
 )
 from peregrine.kernels.text_ir import const as _c
-from peregrine.kernels.text_rows import bitmap_row, mark_column, weigh_row
+from peregrine.kernels.text_rows import bitmap_row, end_row, mark_column
 
 # the argument vector, in order (int64 each: an address or a number). ``nonspace``: uint8 per
 # code point, 1 where it is not whitespace (re's \s, text_tokens._class_table). Scratch, sized
@@ -256,11 +256,7 @@ def _build(symbol: str, triple: str) -> ir.Module:
         b.branch(after)
         b.position_at_end(after)
         f.loops.range(_c(0), f.get(ng), _c(1), gram, "probe")
-        row_end = bitmap_row(f, p, cttz, a["n_top"], row0)
-        b.store(row_end, pos)
-        f.store(b.trunc(row_end, I32), p["indptr"], I32, b.add(d, _c(1)))
-        f.when(b.icmp_unsigned("!=", a["weigh"], _c(0)),
-               lambda: weigh_row(f, d, row0, row_end, p, sqrt, fabs), "weigh")
+        end_row(f, p, d, row0, bitmap_row(f, p, cttz, a["n_top"], row0), pos, sqrt, fabs)
 
     f.loops.range(a["first"], a["n_docs"], _c(1), document, "doc")
     b.ret(_c(0))

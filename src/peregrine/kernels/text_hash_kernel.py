@@ -12,7 +12,7 @@ one document at a time, while its row is in cache,
 3. the signed counts are summed per column in a dense array marked in a two-level bitmap
    (text_rows.mark_column), and the row read off the bitmap in column order, the sums that
    cancelled kept as explicit zeros (FeatureHasher's ``sum_duplicates`` keeps them);
-4. binary, the l1/l2 norm and the projection: the word kernel's code (text_rows.weigh_row).
+4. binary, the l1/l2 norm and the projection: the word kernel's code (text_rows.end_row).
 
 Stop words keep the NumPy path. Returns 0, or 1 when lowercasing met a code point only Python
 lowercases (as text_kernel.py).
@@ -27,8 +27,8 @@ from llvmlite import ir
 from peregrine.kernels.irutil import F64, I8, I32, I64
 from peregrine.kernels.text_ir import GenericKernel, kernel_entry, lowered
 from peregrine.kernels.text_ir import const as _c
-from peregrine.kernels.text_murmur import encode_utf8, murmur3_32
-from peregrine.kernels.text_rows import bitmap_row, mark_column, weigh_row
+from peregrine.kernels.text_murmur import encode_utf8, hashed_column
+from peregrine.kernels.text_rows import bitmap_row, end_row, mark_column
 
 # the argument vector, in order (int64 each: an address or a number). Scratch, sized by the
 # caller for the longest document: buf (uint32, its lowercased code points), tok_s / tok_e
@@ -115,10 +115,7 @@ def _build(symbol: str, triple: str) -> ir.Module:
                         f.load(p["tok_e"], I64, t), at)
 
             def count() -> None:
-                h = b.sext(murmur3_32(f, p["bytes"], f.get(at)), I64)
-                neg = b.icmp_signed("<", h, _c(0))
-                col = b.srem(b.select(neg, b.sub(_c(0), h), h), a["n_features"])
-                flip = b.and_(neg, b.icmp_signed("!=", a["alt"], _c(0)))
+                col, flip = hashed_column(f, p["bytes"], f.get(at))
                 mark_column(f, p, col, b.select(flip, _c(-1, I32), _c(1, I32)))
 
             f.when(b.icmp_signed(">=", b.add(g, _c(1)), a["lo"]), count, "want")
@@ -137,11 +134,7 @@ def _build(symbol: str, triple: str) -> ir.Module:
         row0 = f.get(pos)
         nt = tokens(start, end)
         f.loops.range(_c(0), nt, _c(1), lambda j: grams(j, nt), "tok")
-        row_end = bitmap_row(f, p, cttz, a["n_top"], row0)
-        b.store(row_end, pos)
-        f.store(b.trunc(row_end, I32), p["indptr"], I32, b.add(d, _c(1)))
-        f.when(b.icmp_unsigned("!=", a["weigh"], _c(0)),
-               lambda: weigh_row(f, d, row0, row_end, p, sqrt, fabs), "weigh")
+        end_row(f, p, d, row0, bitmap_row(f, p, cttz, a["n_top"], row0), pos, sqrt, fabs)
 
     f.loops.range(_c(0), a["n_docs"], _c(1), document, "doc")
     b.ret(_c(0))

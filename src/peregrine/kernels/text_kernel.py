@@ -41,7 +41,7 @@ from peregrine.kernels.text_ir import (
     probe_slots,
 )
 from peregrine.kernels.text_ir import const as _c
-from peregrine.kernels.text_rows import count_row, weigh_row
+from peregrine.kernels.text_rows import count_row, end_row
 
 # the argument vector, in order (int64 each: an address or a number). Scratch, sized by the
 # caller for the longest document: tok_s/tok_n/tok_h (each token's start, length, hash), ids
@@ -229,10 +229,7 @@ def _build(symbol: str, triple: str) -> ir.Module:
         f.loops.range(_c(0), f.get(kept), _c(1), lambda j: keys(j, ng), "keys")
         f.loops.range(_c(0), f.get(ng), _c(1), gram, "probe")
         row_end = count_row(f, p["out_idx"], p["out_cnt"], row0, f.get(pos))
-        b.store(row_end, pos)
-        f.store(b.trunc(row_end, I32), p["indptr"], I32, b.add(d, _c(1)))
-        f.when(b.icmp_unsigned("!=", a["weigh"], _c(0)),
-               lambda: weigh_row(f, d, row0, row_end, p, sqrt, fabs), "weigh")
+        end_row(f, p, d, row0, row_end, pos, sqrt, fabs)
 
     sqrt = m.declare_intrinsic("llvm.sqrt", [F64])
     fabs = m.declare_intrinsic("llvm.fabs", [F64])

@@ -70,6 +70,16 @@ def murmur3_32(f: Fn, buf: ir.Value, length: ir.Value) -> ir.Value:
     return b.xor(hv, b.lshr(hv, _i32(16)))
 
 
+def hashed_column(f: Fn, buf: ir.Value, length: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """(column, flip) of the feature ``buf[0:length]``: ``abs(h) % n_features`` in int64 (so
+    abs(-2**31) is 2**31) and whether its sign is -1 (``alt`` and h < 0)."""
+    b, a = f.b, f.a
+    h = b.sext(murmur3_32(f, buf, length), I64)
+    neg = b.icmp_signed("<", h, _c(0))
+    col = b.srem(b.select(neg, b.sub(_c(0), h), h), a["n_features"])
+    return col, b.and_(neg, b.icmp_signed("!=", a["alt"], _c(0)))
+
+
 def encode_utf8(f: Fn, codes: ir.Value, buf: ir.Value, start: ir.Value, end: ir.Value,
             pos: ir.Value) -> None:
     """UTF-8 of ``codes[start:end]`` appended at ``buf[*pos]`` (surrogates as 3 bytes, as
@@ -138,10 +148,7 @@ def _build(symbol: str, triple: str) -> ir.Module:
             f.load(p["tok_e"], I64, last), pos)
 
     def emit() -> None:
-        h = b.sext(murmur3_32(f, p["scratch"], f.get(pos)), I64)
-        neg = b.icmp_signed("<", h, _c(0))
-        col = b.srem(b.select(neg, b.sub(_c(0), h), h), a["n_features"])
-        flip = b.and_(neg, b.icmp_signed("!=", a["alt"], _c(0)))
+        col, flip = hashed_column(f, p["scratch"], f.get(pos))
         o = f.get(out)
         f.store(col, p["out_col"], I64, o)
         f.store(b.select(flip, _c(-1), _c(1)), p["out_sign"], I64, o)

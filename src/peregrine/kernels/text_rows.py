@@ -128,6 +128,17 @@ def weigh_row(f: Fn, d: ir.Value, lo: ir.Value, hi: ir.Value, p: dict, sqrt, fab
     f.loops.range(_c(0), k, _c(1), output, "project")
 
 
+def end_row(f: Fn, p: dict, d: ir.Value, row0: ir.Value, row_end: ir.Value, pos: ir.Value,
+            sqrt, fabs) -> None:
+    """Close document d's row [row0, row_end): the next row starts at its end, indptr[d + 1],
+    then, when asked (``weigh``), its values and projection (weigh_row)."""
+    b = f.b
+    b.store(row_end, pos)
+    f.store(b.trunc(row_end, I32), p["indptr"], I32, b.add(d, _c(1)))
+    f.when(b.icmp_unsigned("!=", f.a["weigh"], _c(0)),
+           lambda: weigh_row(f, d, row0, row_end, p, sqrt, fabs), "weigh")
+
+
 def mark_column(f: Fn, p: dict, col: ir.Value, step: ir.Value | None = None) -> None:
     """Count one occurrence of ``col`` in the row being built: ``seen[col] += 1``, and on the
     first one its bit in ``bits`` (one per column) and in ``top`` (one per 64 columns).

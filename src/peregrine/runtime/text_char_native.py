@@ -19,7 +19,17 @@ import numpy as np
 
 from peregrine.kernels.text_char_kernel import ARGS, CharKernelSpec, doc_bound
 from peregrine.runtime.text_hash_native import MAX_COLUMNS
-from peregrine.runtime.text_native import _MAX_NNZ, NativeText, _signed, _slots, _TooLarge
+from peregrine.runtime.text_native import (
+    _MAX_NNZ,
+    NativeText,
+    _signed,
+    _slots,
+    _TooLarge,
+    batch_args,
+    bitmap_scratch,
+    call,
+    rows,
+)
 from peregrine.runtime.text_tokens import _class_table
 
 _KERNEL = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
@@ -81,28 +91,16 @@ class NativeChar(NativeText):
         buf = np.empty(longest, dtype=np.uint32)
         grams = np.empty((3, longest), dtype=np.int64)  # start, length, hash
         stopped = np.zeros(1, dtype=np.int64)
-        n_features = self.spec.n_features
-        seen = np.zeros(n_features, dtype=np.int32)  # the kernel leaves them zero
-        bits = np.zeros(-(-n_features // 64), dtype=np.uint64)
-        top = np.zeros(-(-bits.size // 64), dtype=np.uint64)
-        bounds = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lens + 1, out=bounds[1:])
-        k = 0 if projection is None else projection.shape[1]
-        w = None if projection is None else np.ascontiguousarray(projection, np.float64)
-        y = np.zeros((n, k), dtype=np.float64) if k else None
-        args = dict(self.args, codes=codes.ctypes.data, n_docs=n, bounds=bounds.ctypes.data,
-                    lower=0 if table is None else table.ctypes.data, buf=buf.ctypes.data,
+        marks, _marks = bitmap_scratch(self.spec.n_features)
+        batch, y, _hold = batch_args(codes, lens, table, weigh, projection)
+        args = dict(self.args, **batch, **marks, buf=buf.ctypes.data,
                     g_s=grams[0].ctypes.data, g_n=grams[1].ctypes.data,
-                    g_h=grams[2].ctypes.data, seen=seen.ctypes.data, bits=bits.ctypes.data,
-                    top=top.ctypes.data, n_top=top.size, reuse=int(reuse),
-                    stopped=stopped.ctypes.data,
-                    indptr=indptr.ctypes.data, weigh=int(weigh), k=k,
-                    w=0 if w is None else w.ctypes.data, y=0 if y is None else y.ctypes.data)
+                    g_h=grams[2].ctypes.data, stopped=stopped.ctypes.data,
+                    indptr=indptr.ctypes.data)
         first = 0
         while True:
             args.update(out.args(), first=first)
-            vec = np.fromiter((args[a] for a in ARGS), dtype=np.int64, count=len(ARGS))
-            rc = self.fn(vec.ctypes.data)
+            rc = call(self.fn, ARGS, args)
             if rc == 0:
                 break
             if rc != FULL:
@@ -110,11 +108,7 @@ class NativeChar(NativeText):
             first = int(stopped[0])
             need = int(indptr[first]) + doc_bound(int(lens[first]), lo, hi)
             out.grow(max(2 * out.cap, need), int(indptr[first]))
-        if reuse:
-            return None, None, None, None, y
-        nnz = int(indptr[-1])
-        return (out.cnt[:nnz].copy(), out.idx[:nnz].copy(), indptr,
-                out.val[:nnz].copy() if weigh else None, y)
+        return rows(reuse, indptr, out.cnt, out.idx, out.val if weigh else None, y)
 
 
 class _Outputs:

@@ -18,7 +18,15 @@ from typing import Any
 import numpy as np
 
 from peregrine.kernels.text_hash_kernel import ARGS, HashKernelSpec
-from peregrine.runtime.text_native import _MAX_NNZ, NativeText, _TooLarge
+from peregrine.runtime.text_native import (
+    _MAX_NNZ,
+    NativeText,
+    _TooLarge,
+    batch_args,
+    bitmap_scratch,
+    call,
+    rows,
+)
 
 _KERNEL = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
 # the kernel keeps an int32 count per column and reads a bit per 4,096 columns for every
@@ -76,27 +84,13 @@ class NativeHash(NativeText):
         buf = np.empty(max(longest, 1), dtype=np.uint32)
         tok = np.empty((2, per_doc), dtype=np.int64)
         scratch = np.empty(hi * (4 * longest + 1) + 8, dtype=np.uint8)  # + the tail's slack
-        seen = np.zeros(spec.n_features, dtype=np.int32)  # the kernel leaves them zero
-        bits = np.zeros(-(-spec.n_features // 64), dtype=np.uint64)
-        top = np.zeros(-(-bits.size // 64), dtype=np.uint64)
-        bounds = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lens + 1, out=bounds[1:])
-        k = 0 if projection is None else projection.shape[1]
-        w = None if projection is None else np.ascontiguousarray(projection, np.float64)
-        y = np.zeros((n, k), dtype=np.float64) if k else None
-        args = dict(self.args, codes=codes.ctypes.data, n_docs=n, bounds=bounds.ctypes.data,
-                    lower=0 if table is None else table.ctypes.data, buf=buf.ctypes.data,
+        marks, _marks = bitmap_scratch(spec.n_features)
+        batch, y, _hold = batch_args(codes, lens, table, weigh, projection)
+        args = dict(self.args, **batch, **marks, buf=buf.ctypes.data,
                     tok_s=tok[0].ctypes.data, tok_e=tok[1].ctypes.data,
-                    bytes=scratch.ctypes.data, seen=seen.ctypes.data, bits=bits.ctypes.data,
-                    top=top.ctypes.data, n_top=top.size, reuse=int(reuse),
-                    out_idx=idx.ctypes.data, out_cnt=cnt.ctypes.data,
-                    indptr=indptr.ctypes.data, weigh=int(weigh), out_val=val.ctypes.data, k=k,
-                    w=0 if w is None else w.ctypes.data, y=0 if y is None else y.ctypes.data)
-        vec = np.fromiter((args[a] for a in ARGS), dtype=np.int64, count=len(ARGS))
-        if self.fn(vec.ctypes.data) != 0:
+                    bytes=scratch.ctypes.data, out_idx=idx.ctypes.data,
+                    out_cnt=cnt.ctypes.data, indptr=indptr.ctypes.data,
+                    out_val=val.ctypes.data)
+        if call(self.fn, ARGS, args) != 0:
             return None  # the lowercase table met a code point it cannot map
-        if reuse:
-            return None, None, None, None, y
-        nnz = int(indptr[-1])
-        return (cnt[:nnz].copy(), idx[:nnz].copy(), indptr,
-                val[:nnz].copy() if weigh and projection is None else None, y)
+        return rows(reuse, indptr, cnt, idx, val if weigh else None, y)

@@ -171,27 +171,61 @@ class NativeText:
         indptr = np.empty(n + 1, dtype=np.int32)
         tok = np.empty((4, per_doc), dtype=np.int64)  # start, length, hash, kept ids
         gkeys = np.empty(per_doc * max(hi - 1, 1), dtype=np.int64)
-        bounds = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lens + 1, out=bounds[1:])
-        k = 0 if projection is None else projection.shape[1]
-        w = None if projection is None else np.ascontiguousarray(projection, np.float64)
-        y = np.zeros((n, k), dtype=np.float64) if k else None
-        args = dict(self.args, codes=codes.ctypes.data, n_docs=n, bounds=bounds.ctypes.data,
-                    lower=0 if table is None else table.ctypes.data,
-                    tok_s=tok[0].ctypes.data, tok_n=tok[1].ctypes.data,
+        batch, y, _hold = batch_args(codes, lens, table, weigh, projection)
+        args = dict(self.args, **batch, tok_s=tok[0].ctypes.data, tok_n=tok[1].ctypes.data,
                     tok_h=tok[2].ctypes.data, ids=tok[3].ctypes.data,
-                    gkeys=gkeys.ctypes.data, reuse=int(reuse),
-                    out_idx=idx.ctypes.data, out_cnt=cnt.ctypes.data,
-                    indptr=indptr.ctypes.data, weigh=int(weigh), out_val=val.ctypes.data, k=k,
-                    w=0 if w is None else w.ctypes.data, y=0 if y is None else y.ctypes.data)
-        vec = np.fromiter((args[a] for a in ARGS), dtype=np.int64, count=len(ARGS))
-        if self.fn(vec.ctypes.data) != 0:
+                    gkeys=gkeys.ctypes.data, out_idx=idx.ctypes.data,
+                    out_cnt=cnt.ctypes.data, indptr=indptr.ctypes.data,
+                    out_val=val.ctypes.data)
+        if call(self.fn, ARGS, args) != 0:
             return None  # the lowercase table met a code point it cannot map
-        if reuse:
-            return None, None, None, None, y
-        nnz = int(indptr[-1])
-        return (cnt[:nnz].copy(), idx[:nnz].copy(), indptr,
-                val[:nnz].copy() if weigh and projection is None else None, y)
+        return rows(reuse, indptr, cnt, idx, val if weigh else None, y)
+
+
+def batch_args(codes: np.ndarray, lens: np.ndarray, table: np.ndarray | None, weigh: bool,
+               projection: np.ndarray | None) -> tuple[dict, np.ndarray | None, list]:
+    """The arguments every text kernel takes for a batch (the code points, each document's
+    bounds, the lowercase table, reuse, weigh, the projection and its scores y), y, and the
+    arrays the arguments point into (the caller holds them through the call)."""
+    n = lens.size
+    bounds = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens + 1, out=bounds[1:])
+    k = 0 if projection is None else projection.shape[1]
+    w = None if projection is None else np.ascontiguousarray(projection, np.float64)
+    y = np.zeros((n, k), dtype=np.float64) if k else None
+    args = dict(codes=codes.ctypes.data, n_docs=n, bounds=bounds.ctypes.data,
+                lower=0 if table is None else table.ctypes.data,
+                reuse=int(projection is not None), weigh=int(weigh), k=k,
+                w=0 if w is None else w.ctypes.data, y=0 if y is None else y.ctypes.data)
+    return args, y, [bounds, w]
+
+
+def bitmap_scratch(n_features: int) -> tuple[dict, list]:
+    """text_rows.mark_column's zeroed arrays (the kernels leave them zero) as arguments, and
+    the arrays."""
+    seen = np.zeros(n_features, dtype=np.int32)
+    bits = np.zeros(-(-n_features // 64), dtype=np.uint64)
+    top = np.zeros(-(-bits.size // 64), dtype=np.uint64)
+    return dict(seen=seen.ctypes.data, bits=bits.ctypes.data, top=top.ctypes.data,
+                n_top=top.size), [seen, bits, top]
+
+
+def call(fn: Any, names: tuple[str, ...], args: dict) -> int:
+    """Run a text kernel on its argument vector (int64, in ``names`` order)."""
+    vec = np.fromiter((args[a] for a in names), dtype=np.int64, count=len(names))
+    return int(fn(vec.ctypes.data))
+
+
+def rows(reuse: bool, indptr: np.ndarray, cnt: np.ndarray, idx: np.ndarray,
+         val: np.ndarray | None, y: np.ndarray | None) -> tuple:
+    """``run``'s answer: the scores alone when the rows were not kept (``reuse``: a
+    projection), else the CSR arrays trimmed to the rows' entries (and the values when
+    weighed)."""
+    if reuse:
+        return None, None, None, None, y
+    nnz = int(indptr[-1])
+    return (cnt[:nnz].copy(), idx[:nnz].copy(), indptr,
+            None if val is None else val[:nnz].copy(), None)
 
 
 class _TooLarge(Exception):
