@@ -11,7 +11,6 @@ HashingVectorizer's character n-grams keep the NumPy path and the murmur kernel.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from typing import Any
 
@@ -28,21 +27,13 @@ from peregrine.runtime.text_native import (
     batch_args,
     bitmap_scratch,
     call,
+    kernel_function,
     rows,
 )
 from peregrine.runtime.text_tokens import _class_table
 
-_KERNEL = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
 FULL = 2  # the kernel's answer when the next document may not fit the outputs
 GUESS = 1.0  # first guess at the matrix's entries, per code point and n (grown on FULL)
-
-
-@functools.cache
-def _kernel() -> Any:
-    from peregrine.kernels import jit
-
-    address, _ = jit.kernel_address(CharKernelSpec())
-    return _KERNEL(address)
 
 
 @functools.cache
@@ -74,7 +65,7 @@ class NativeChar(NativeText):
             vcodes=tok.codes.ctypes.data, vstart=tok.starts.ctypes.data,
             vlen=tok.lens.ctypes.data, lo=lo, hi=hi, idf=self.idf.ctypes.data,
             norm={"": 0, "l1": 1, "l2": 2}[spec.norm], binary=int(spec.binary))
-        self.fn = _kernel()
+        self.fn = kernel_function(CharKernelSpec())
 
     def _scan(self, codes: np.ndarray, lens: np.ndarray, table: np.ndarray | None,
               weigh: bool, projection: np.ndarray | None) -> tuple | None:

@@ -11,37 +11,26 @@ scikit-learn.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 from typing import Any
 
 import numpy as np
 
 from peregrine.kernels.text_hash_kernel import ARGS, HashKernelSpec
 from peregrine.runtime.text_native import (
-    _MAX_NNZ,
     NativeText,
-    _TooLarge,
     batch_args,
     bitmap_scratch,
     call,
+    kernel_function,
     rows,
+    token_capacity,
 )
 
-_KERNEL = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_void_p)
 # the kernel keeps an int32 count per column and reads a bit per 4,096 columns for every
 # document: past 2**22 columns (16 MiB of counts, 1,024 words a document) the NumPy path,
 # whose cost does not grow with the columns, is the faster (2**27: 0.82 s against 0.03 s on
 # 20,000 short documents)
 MAX_COLUMNS = 1 << 22
-
-
-@functools.cache
-def _kernel() -> Any:
-    from peregrine.kernels import jit
-
-    address, _ = jit.kernel_address(HashKernelSpec())
-    return _KERNEL(address)
 
 
 class NativeHash(NativeText):
@@ -62,21 +51,15 @@ class NativeHash(NativeText):
                          n_features=spec.n_features, alt=int(spec.alternate_sign),
                          idf=self.idf.ctypes.data, norm={"": 0, "l1": 1, "l2": 2}[spec.norm],
                          binary=int(spec.binary))
-        self.fn = _kernel()
+        self.fn = kernel_function(HashKernelSpec())
 
     def _scan(self, codes: np.ndarray, lens: np.ndarray, table: np.ndarray | None,
               weigh: bool, projection: np.ndarray | None) -> tuple | None:
         spec, n = self.spec, lens.size
         lo, hi = spec.ngram_range
         longest = int(lens.max()) if n else 0
-        # tokens: runs of >= min_len characters, each followed by a separator but the last;
-        # each starts at most one feature per n
-        per_doc = (longest + 1) // (spec.min_len + 1) + 1
         reuse = projection is not None  # only y is wanted: every row reuses one buffer
-        cap = per_doc if reuse else (codes.size + 1) // (spec.min_len + 1) + 1
-        cap *= hi - lo + 1
-        if cap > _MAX_NNZ:
-            raise _TooLarge
+        per_doc, cap = token_capacity(codes, lens, spec.min_len, hi - lo + 1, reuse)
         idx = np.empty(cap, dtype=np.int32)
         cnt = np.empty(cap, dtype=np.int64)
         val = np.empty(cap if weigh else 0, dtype=np.float64)

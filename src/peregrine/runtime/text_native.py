@@ -38,11 +38,26 @@ _MAX_NNZ = (1 << 31) - 1  # indices and indptr are int32, as the NumPy path make
 
 
 @functools.cache
-def _kernel() -> Any:
+def kernel_function(spec: Any) -> Any:
+    """A text kernel (a ``GenericKernel``, built and cached by ``jit``) as a ctypes function
+    of its int64 argument vector."""
     from peregrine.kernels import jit
 
-    address, _ = jit.kernel_address(TextKernelSpec())
+    address, _ = jit.kernel_address(spec)
     return _KERNEL(address)
+
+
+def token_capacity(codes: np.ndarray, lens: np.ndarray, min_len: int, span: int,
+                   reuse: bool) -> tuple[int, int]:
+    """(tokens a document may hold at most, entries the outputs need): tokens are runs of >=
+    ``min_len`` characters, each followed by a separator but the last, and each starts at most
+    one term per n of the ``span`` n-gram lengths; ``reuse``: one document's row at a time."""
+    longest = int(lens.max()) if lens.size else 0
+    per_doc = (longest + 1) // (min_len + 1) + 1
+    cap = (per_doc if reuse else (codes.size + 1) // (min_len + 1) + 1) * span
+    if cap > _MAX_NNZ:
+        raise _TooLarge
+    return per_doc, cap
 
 
 @functools.cache
@@ -111,7 +126,7 @@ class NativeText:
             gram_mask=grams.mask, gram_shift=int(grams.shift), radix=t + 1, lo=lo, hi=hi,
             idf=self.idf.ctypes.data, norm={"": 0, "l1": 1, "l2": 2}[spec.norm],
             binary=int(spec.binary))
-        self.fn = _kernel()
+        self.fn = kernel_function(TextKernelSpec())
 
     @property
     def weighs(self) -> bool:
@@ -156,15 +171,8 @@ class NativeText:
               weigh: bool, projection: np.ndarray | None) -> tuple | None:
         spec, n = self.spec, lens.size
         lo, hi = spec.ngram_range
-        longest = int(lens.max()) if n else 0
-        # tokens: runs of >= min_len characters, each followed by a separator but the last;
-        # each yields at most one term per n
-        per_doc = (longest + 1) // (spec.min_len + 1) + 1
         reuse = projection is not None  # only y is wanted: every row reuses one small buffer
-        cap = per_doc if reuse else (codes.size + 1) // (spec.min_len + 1) + 1
-        cap *= hi - lo + 1
-        if cap > _MAX_NNZ:
-            raise _TooLarge
+        per_doc, cap = token_capacity(codes, lens, spec.min_len, hi - lo + 1, reuse)
         idx = np.empty(cap, dtype=np.int32)
         cnt = np.empty(cap, dtype=np.int64)
         val = np.empty(cap if weigh else 0, dtype=np.float64)
