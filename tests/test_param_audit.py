@@ -159,6 +159,9 @@ def _text_params(name: str) -> dict[str, list[V] | str]:
         "token_pattern": [V(r"(?u)\b\w+\b"), V(r"\S+"), V(r"[a-z]{3}", refused=True)],
         "lowercase": [V(False)], "stop_words": [V(["ok", "fox"]), V("english")],
         "ngram_range": [V((1, 2)), V((2, 3))], "binary": [V(True)],
+        # bytes documents: test_text_pipelines.py::test_bytes_documents_decode_like_sklearn
+        "encoding": [V("latin-1"), V("no-such-codec", refused=True)],
+        "decode_error": [V("replace"), V("ignore")],  # scikit-learn allows only these and strict
     }
     if name == "CountVectorizer":
         table["dtype"] = [V(np.float64), V(np.int32)]

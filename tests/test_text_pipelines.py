@@ -225,6 +225,61 @@ def test_inputs_like_sklearn():
             m.predict(bad)
 
 
+@pytest.mark.parametrize("backend", ["reference", "native"])
+@pytest.mark.parametrize("vec", [
+    CountVectorizer(), TfidfVectorizer(ngram_range=(1, 2)), HashingVectorizer(n_features=64),
+    CountVectorizer(analyzer="char_wb", ngram_range=(2, 3)),
+    CountVectorizer(encoding="latin-1"), TfidfVectorizer(decode_error="replace"),
+    HashingVectorizer(n_features=64, decode_error="ignore"),
+], ids=["count", "tfidf", "hashing", "char_wb", "latin1", "replace", "hashing-ignore"])
+def test_bytes_documents_decode_like_sklearn(vec, backend):
+    """Bytes documents are decoded with the vectorizer's encoding and decode_error, as its
+    ``decode`` does (numpy ``S`` arrays, np.bytes_, bytes mixed with str); bytes that do not
+    decode under 'strict' raise InputError naming the document where scikit-learn raises
+    UnicodeDecodeError."""
+    vec = vec.fit(TRAIN)
+    enc = vec.encoding
+    docs = [d.encode(enc, "ignore") for d in TEST] + ["a str beside bytes"]
+    docs[1] = np.bytes_(docs[1])
+    broken = [b"caf\xe9 ok lazy dog", b"\xff\xfe fox", "fine"]  # not UTF-8
+    for model in (vec, make_pipeline(vec, LogisticRegression()).fit(TRAIN, Y)):
+        m = compile_or_skip(model, backend)
+        meth = "transform" if model is vec else "predict_proba"
+        got, want = getattr(m, meth), getattr(model, meth)
+        for batch in (docs, np.array(docs[:-1]), broken):
+            try:
+                expected = want(batch)
+            except UnicodeDecodeError:
+                with pytest.raises(InputError, match="document 0 is not valid utf-8"):
+                    got(batch)
+                continue
+            if sparse.issparse(expected):
+                np.testing.assert_array_equal(got(batch).toarray(), expected.toarray())
+            else:
+                np.testing.assert_allclose(got(batch), expected, rtol=1e-12, atol=1e-15)
+
+
+def test_empty_batch_like_sklearn():
+    """CountVectorizer alone maps no documents to a (0, n) matrix as scikit-learn does; with
+    idf, a norm, hashing or a model after it scikit-learn refuses 0 rows, and so do we."""
+    vec = CountVectorizer(ngram_range=(1, 2)).fit(TRAIN)
+    m = compile_or_skip(vec, "reference")
+    for empty in ([], (), np.array([], dtype=object)):
+        got, want = m.transform(empty), vec.transform(empty)
+        assert sparse.issparse(got) and got.shape == want.shape and got.dtype == want.dtype
+    for model in (TfidfVectorizer().fit(TRAIN), HashingVectorizer(),
+                  make_pipeline(CountVectorizer(), LogisticRegression()).fit(TRAIN, Y)):
+        m = compile_or_skip(model, "reference")
+        with pytest.raises(InputError, match="0 documents"):
+            m.predict([]) if "predict" in m.methods else m.transform([])
+
+
+def test_unknown_codec_is_refused():
+    vec = CountVectorizer(encoding="no-such-codec").fit(TRAIN)
+    with pytest.raises(UnsupportedModelError, match="no-such-codec"):
+        peregrine.compile(vec)
+
+
 @pytest.mark.parametrize("kwargs, name", [
     ({"analyzer": str.split}, "analyzer"),
     ({"strip_accents": str.upper}, "strip_accents"),

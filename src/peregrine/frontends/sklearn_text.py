@@ -15,6 +15,7 @@ other than "content", each naming the parameter.
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 from typing import Any
 
@@ -79,6 +80,17 @@ def _stop_words(vec: Any) -> tuple[str, ...]:
     return tuple(sorted(stop)) if stop else ()
 
 
+def _decoding(vec: Any) -> dict[str, str]:
+    """How ``vec.decode`` reads bytes documents: ``doc.decode(encoding, decode_error)``."""
+    try:
+        codecs.lookup(vec.encoding)
+        codecs.lookup_error(vec.decode_error)
+    except (LookupError, TypeError):
+        raise unsupported(vec, f"encoding={vec.encoding!r}, decode_error={vec.decode_error!r}",
+                          "a codec and an error handler Python's codecs know") from None
+    return {"encoding": str(vec.encoding), "decode_error": str(vec.decode_error)}
+
+
 def _dtype(vec: Any, allowed: tuple[str, ...]) -> str:
     dtype = np.dtype(vec.dtype).name
     if dtype not in allowed:
@@ -92,7 +104,8 @@ def text_spec(vec: Any, tfidf: Any = None) -> TextSpec:
     common = {"char_class": char_class, "min_len": min_len, "lowercase": bool(vec.lowercase),
               "ngram_range": (int(vec.ngram_range[0]), int(vec.ngram_range[1])),
               "stop_words": _stop_words(vec), "binary": bool(vec.binary),
-              "strip_accents": vec.strip_accents or "", "analyzer": vec.analyzer}
+              "strip_accents": vec.strip_accents or "", "analyzer": vec.analyzer,
+              **_decoding(vec)}
     if isinstance(vec, HashingVectorizer):
         hashing = {"vocabulary": (), "n_features": int(vec.n_features), "hashing": True,
                    "alternate_sign": bool(vec.alternate_sign)}
@@ -310,13 +323,11 @@ def convert_vectorizer(model: Any) -> ModelSpec:
 
 # tests/test_param_audit.py (max_df, min_df, max_features, vocabulary: their effect is the
 # fitted vocabulary_; dtype: CountVectorizer's output dtype, TfidfVectorizer float64 only)
-_TEXT = ("input analyzer preprocessor tokenizer strip_accents token_pattern lowercase "
+_TEXT = ("input encoding decode_error analyzer preprocessor tokenizer strip_accents token_pattern lowercase "
          "stop_words ngram_range binary dtype")
 declare_params(TfidfVectorizer, implemented=_TEXT + " norm use_idf sublinear_tf",
-               ignored="encoding decode_error max_df min_df max_features vocabulary "
-               "smooth_idf")
+               ignored="max_df min_df max_features vocabulary smooth_idf")
 declare_params(CountVectorizer, implemented=_TEXT,
-               ignored="encoding decode_error max_df min_df max_features vocabulary")
-declare_params(HashingVectorizer, implemented=_TEXT + " n_features norm alternate_sign",
-               ignored="encoding decode_error")
+               ignored="max_df min_df max_features vocabulary")
+declare_params(HashingVectorizer, implemented=_TEXT + " n_features norm alternate_sign")
 declare_params(TfidfTransformer, implemented="norm use_idf sublinear_tf", ignored="smooth_idf")

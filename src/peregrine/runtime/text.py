@@ -46,10 +46,12 @@ from peregrine.runtime.text_tokens import (
 )
 
 
-def documents(X: Any) -> list[str]:
+def documents(X: Any, spec: TextSpec | None = None, empty: bool = False) -> list[str]:
     """The documents of ``X`` (a 1-D array, list, tuple or Series of str), as scikit-learn's
-    vectorizers take them; anything else is an InputError naming what and where."""
-    if isinstance(X, str):
+    vectorizers take them; anything else is an InputError naming what and where. Bytes
+    documents are decoded as the vectorizer's ``decode`` does (``spec.encoding``,
+    ``spec.decode_error``). ``empty``: no documents is an answer (CountVectorizer alone)."""
+    if isinstance(X, (str, bytes)):
         raise InputError("text input must be an iterable of documents, not one string")
     pd = sys.modules.get("pandas")
     if pd is not None and isinstance(X, pd.DataFrame):
@@ -69,14 +71,25 @@ def documents(X: Any) -> list[str]:
         return docs
     for i, d in enumerate(docs):
         if type(d) is not str:
-            if isinstance(d, str):
-                docs[i] = str(d)
-                continue
-            raise InputError(f"document {i} is {d!r} ({type(d).__name__}); every document must "
-                             "be a str (scikit-learn rejects NaN documents too)")
-    if not docs:
+            docs[i] = _document(i, d, spec)
+    if not docs and not empty:
         raise InputError("input has 0 documents; expected at least one")
     return docs
+
+
+def _document(i: int, d: Any, spec: TextSpec | None) -> str:
+    """Document ``i`` that is not exactly a str: a str subclass as its str, bytes decoded."""
+    if isinstance(d, str):
+        return str(d)
+    if isinstance(d, (bytes, bytearray)):
+        encoding, errors = (spec.encoding, spec.decode_error) if spec else ("utf-8", "strict")
+        try:
+            return bytes(d).decode(encoding, errors)
+        except UnicodeError as e:  # scikit-learn raises UnicodeDecodeError
+            raise InputError(f"document {i} is not valid {encoding} ({e}); the vectorizer "
+                             f"decodes bytes with decode_error={errors!r}") from None
+    raise InputError(f"document {i} is {d!r} ({type(d).__name__}); every document must "
+                     "be a str or bytes (scikit-learn rejects NaN documents too)")
 
 
 class TextRunner:
@@ -400,7 +413,16 @@ def explain_text(spec: TextSpec) -> list[dict[str, Any]]:
 
 def text_matrix(X: Any, spec: Any) -> Any:
     """A text model's documents as its vectorizer's sparse matrix (``ModelSpec.text``)."""
-    return runner(spec.text).matrix(documents(X))
+    text = spec.text
+    # CountVectorizer alone answers no documents with a (0, n) matrix; with idf or a norm
+    # scikit-learn's check_array refuses 0 rows (HashingVectorizer raises too)
+    counts = not (text.hashing or text.idf is not None or text.norm or text.sublinear_tf)
+    docs = documents(X, text, empty=counts)
+    if not docs:
+        import scipy.sparse as sp
+
+        return sp.csr_matrix((0, text.n_features), dtype=text.dtype)
+    return runner(text).matrix(docs)
 
 
 def text_input(X: Any, spec: Any, prepare: Any = None) -> np.ndarray:
@@ -410,13 +432,13 @@ def text_input(X: Any, spec: Any, prepare: Any = None) -> np.ndarray:
     module does not import it back), then the boundary's columns."""
     text = spec.text
     if not text.frame_width:
-        return runner(text).dense(documents(X))
+        return runner(text).dense(documents(X, text))
     from dataclasses import replace
 
     texts = (text, *text.more)
     docs, rest = _text_columns(X, spec, texts)
     arr = prepare(rest, replace(spec, text=None, n_features=text.frame_width))
-    dense = [runner(t).dense(documents(d)) for t, d in zip(texts, docs)]
+    dense = [runner(t).dense(documents(d, t)) for t, d in zip(texts, docs)]
     return np.hstack([arr.astype(np.float64, copy=False), *dense])
 
 

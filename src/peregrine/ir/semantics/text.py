@@ -18,6 +18,7 @@ characters (``TOKEN_PATTERNS``), which is what lets the runtime find them array-
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,6 +100,10 @@ class TextSpec:
     # missing and its stored ones, explicit zeros included (a HashingVectorizer's signed sums
     # that cancel), as values: the gather writes NaN where S has no entry
     absent_nan: bool = False
+    # bytes documents are decoded as the vectorizer's ``decode`` does:
+    # ``doc.decode(encoding, decode_error)`` (str documents are read as they are)
+    encoding: str = "utf-8"
+    decode_error: str = "strict"
 
     def __post_init__(self) -> None:
         if self.char_class not in ("word", "nonspace") or self.min_len < 1:
@@ -121,6 +126,11 @@ class TextSpec:
             raise ValueError("text: column_scale has the wrong length")
         if self.projection is not None and np.shape(self.projection)[0] != self.n_features:
             raise ValueError("text: projection has the wrong number of rows")
+        try:  # a codec or error handler Python does not know (a corrupt artifact)
+            codecs.lookup(self.encoding)
+            codecs.lookup_error(self.decode_error)
+        except LookupError as e:
+            raise ValueError(f"text: {e}") from None
         if self.frame_width and not 0 <= self.column < self.frame_width:
             raise ValueError(f"text: column {self.column} outside a table of "
                              f"{self.frame_width}")
@@ -148,7 +158,8 @@ class TextSpec:
                 "dtype": self.dtype, "column": self.column, "binarize": self.binarize,
                 "strip_accents": self.strip_accents, "frame_width": self.frame_width,
                 "unread": list(self.unread), "analyzer": self.analyzer, "clip": self.clip,
-                "absent_nan": self.absent_nan}
+                "absent_nan": self.absent_nan, "encoding": self.encoding,
+                "decode_error": self.decode_error}
         arrays = {"vocabulary": np.asarray(self.vocabulary, dtype=str)}
         for key in ("idf", "projection", "columns", "column_scale"):
             if getattr(self, key) is not None:
@@ -181,6 +192,8 @@ class TextSpec:
                    columns=arrays.get("columns"), column_scale=arrays.get("column_scale"),
                    clip=bool(meta.get("clip", False)),
                    absent_nan=bool(meta.get("absent_nan", False)),
+                   encoding=str(meta.get("encoding", "utf-8")),
+                   decode_error=str(meta.get("decode_error", "strict")),
                    more=tuple(cls.from_state(m, {k.split(".", 1)[1]: v for k, v in arrays.items()
                                                  if k.startswith(f"more{i}.")})
                               for i, m in enumerate(meta.get("more", ()))))
