@@ -205,8 +205,24 @@ def _thread_best(fns: dict, data, rounds: int) -> dict[str, float]:
     return best
 
 
+def _text_vectorizer(analyzer: str, stop_words: str | None) -> object:
+    """The benchmark's vectorizer: TfidfVectorizer(ngram_range=(1, 2)) for words,
+    HashingVectorizer(ngram_range=(1, 2)) for "hashing", (2, 4) character n-grams for "char"
+    and "char_wb" ("hashing-char": hashed); ``stop_words`` for the word analyzers."""
+    from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
+
+    words = {"stop_words": stop_words} if stop_words else {}
+    if analyzer == "word":
+        return TfidfVectorizer(ngram_range=(1, 2), **words)
+    if analyzer == "hashing":
+        return HashingVectorizer(ngram_range=(1, 2), **words)
+    if analyzer == "hashing-char":
+        return HashingVectorizer(analyzer="char", ngram_range=(2, 4))
+    return TfidfVectorizer(analyzer=analyzer, ngram_range=(2, 4))
+
+
 def bench_text(n_docs: int, repeats: int, ort_batch: int = 1000, ort: bool = True,
-               analyzer: str = "word") -> str:
+               analyzer: str = "word", stop_words: str | None = None) -> str:
     """TfidfVectorizer(ngram_range=(1, 2)) -> LogisticRegression, predict_proba on n_docs
     documents: scikit-learn, Peregrine (native and torch) and ONNX Runtime (skl2onnx; its
     TfIdfVectorizer op returns a dense (rows, vocabulary) tensor, so it runs in batches of
@@ -215,7 +231,6 @@ def bench_text(n_docs: int, repeats: int, ort_batch: int = 1000, ort: bool = Tru
     interleaved rounds (the ratio to read on a shared machine)."""
     import subprocess
 
-    from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
@@ -225,9 +240,7 @@ def bench_text(n_docs: int, repeats: int, ort_batch: int = 1000, ort: bool = Tru
     y = np.random.default_rng(1).integers(0, 3, n_docs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # lbfgs stopping at max_iter: the model is a fixture
-        vec = TfidfVectorizer(ngram_range=(1, 2)) if analyzer == "word" else \
-            HashingVectorizer(ngram_range=(1, 2)) if analyzer == "hashing" else \
-            TfidfVectorizer(analyzer=analyzer, ngram_range=(2, 4))
+        vec = _text_vectorizer(analyzer, stop_words)
         pipe = make_pipeline(vec, LogisticRegression(max_iter=50)).fit(docs[:20000],
                                                                        y[:20000])
     t_sk, want = _time(pipe.predict_proba, docs, repeats)
@@ -270,9 +283,7 @@ def bench_text(n_docs: int, repeats: int, ort_batch: int = 1000, ort: bool = Tru
                   if ln.startswith("Model name")), platform.processor())
     vocab = len(getattr(pipe.steps[0][1], "vocabulary_", ())) or pipe.steps[0][1].n_features
     sk_cpu = cpu_s["sklearn"]
-    what = "TfidfVectorizer(ngram_range=(1, 2))" if analyzer == "word" else \
-        "HashingVectorizer(ngram_range=(1, 2))" if analyzer == "hashing" else \
-        f"TfidfVectorizer(analyzer={analyzer!r}, ngram_range=(2, 4))"
+    what = " ".join(repr(vec).split())
     lines = [f"Text: {what} -> LogisticRegression, predict_proba "
              f"on {n_docs:,} documents ({vocab:,}-term vocabulary), {model}, load "
              f"{os.getloadavg()[0]:.1f}; median of {repeats} (ORT: one run, batches of "
@@ -361,16 +372,21 @@ def main(argv=None) -> int:
                     help="with --text: leave ONNX Runtime out (minutes on 100K documents)")
     ap.add_argument("--text-columns", type=int, default=0, metavar="ROWS",
                     help="run only the ColumnTransformer-with-a-text-column case on ROWS rows")
-    ap.add_argument("--analyzer", default="word", choices=("word", "char", "char_wb", "hashing"),
+    ap.add_argument("--analyzer", default="word",
+                    choices=("word", "char", "char_wb", "hashing", "hashing-char"),
                     help="with --text: the vectorizer's analyzer (char: ngram_range (2, 4)); "
-                    "hashing: HashingVectorizer(ngram_range=(1, 2))")
+                    "hashing: HashingVectorizer(ngram_range=(1, 2)); hashing-char: "
+                    "HashingVectorizer(analyzer='char', ngram_range=(2, 4))")
+    ap.add_argument("--stop-words", default=None,
+                    help="with --text and a word analyzer: the vectorizer's stop_words "
+                    "('english')")
     args = ap.parse_args(argv)
     if args.text_columns:
         print(bench_text_columns(args.text_columns, args.repeats), flush=True)
         return 0
     if args.text:
         print(bench_text(args.text, args.repeats, ort=not args.skip_ort,
-                         analyzer=args.analyzer), flush=True)
+                         analyzer=args.analyzer, stop_words=args.stop_words), flush=True)
         return 0
 
     import sklearn

@@ -167,6 +167,11 @@ HASHING = [
     dict(ngram_range=(2, 2), n_features=31, norm=None, alternate_sign=False),
     dict(n_features=13, norm=None, lowercase=False, token_pattern=r"\S+"),
     dict(ngram_range=(1, 2), n_features=61, strip_accents="unicode", binary=True, norm=None),
+    # stop words leave the tokens before the n-grams (a word of one letter, Greek with final
+    # sigma, CJK, one that lowercasing makes, one only lowercase=False keeps)
+    dict(ngram_range=(1, 3), n_features=53, stop_words=["ab", "ba", "東京", "a", "σς", "ib"]),
+    dict(ngram_range=(1, 2), n_features=29, lowercase=False, token_pattern=r"(?u)\b\w+\b",
+         stop_words=["AB", "a", "é"], norm=None),
 ]
 
 
@@ -235,12 +240,13 @@ def test_explain_names_the_tokenizer():
     from sklearn.pipeline import make_pipeline
 
     rng = np.random.default_rng(9)
-    docs = _docs(rng, 120, NO_SPECIAL)
+    docs = _docs(rng, 120, [c for c in NO_SPECIAL if c != "\ud800"])  # sklearn's UTF-8
     y = np.arange(len(docs)) % 2
     cases = [(TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 3)), "NativeChar"),
              (TfidfVectorizer(ngram_range=(1, 2)), "NativeText"),
              (HashingVectorizer(n_features=64), "NativeHash"),
-             (HashingVectorizer(n_features=64, stop_words=["ab"]), None)]
+             (HashingVectorizer(n_features=64, stop_words=["ab"]), "NativeHash"),
+             (HashingVectorizer(n_features=64, analyzer="char"), None)]
     for vec, kind in cases:
         fast = peregrine.compile(make_pipeline(vec, LogisticRegression()).fit(docs, y),
                                  backend="native")

@@ -39,6 +39,7 @@ from peregrine.kernels.text_ir import (
     lowered,
     prefetcher,
     probe_slots,
+    verify_term,
 )
 from peregrine.kernels.text_ir import const as _c
 from peregrine.kernels.text_rows import bitmap_row, end_row, mark_column
@@ -197,35 +198,9 @@ def _build(symbol: str, triple: str) -> ir.Module:
         s, n = f.load(p["g_s"], I64, q), f.load(p["g_n"], I64, q)
         tid = f.var(probe_slots(f, p["tok_slots"], a["tok_mask"], a["tok_shift"],
                                 f.load(p["g_h"], I64, q), "tok"), "tid")
-
-        def verify() -> None:
-            t = f.get(tid)
-            bad = b.append_basic_block("verify.bad")
-            same = b.append_basic_block("verify.len")
-            done = b.append_basic_block("verify.done")
-            b.cbranch(b.icmp_signed("==", f.load(p["vlen"], I64, t), n), same, bad)
-            b.position_at_end(same)
-            vs = f.load(p["vstart"], I64, t)
-            k = f.var(_c(0), "k")
-            vh, vb, vd = f.loop("verify")
-            b.cbranch(b.icmp_signed("<", f.get(k), n), vb, vd)
-            b.position_at_end(vb)
-            kk = f.get(k)
-            ours = f.load(p["buf"], I32, b.add(s, kk))
-            step = b.append_basic_block("verify.step")
-            b.cbranch(b.icmp_unsigned("==", ours, f.load(p["vcodes"], I32, b.add(vs, kk))),
-                      step, bad)
-            b.position_at_end(step)
-            b.store(b.add(kk, _c(1)), k)
-            b.branch(vh)
-            b.position_at_end(vd)
-            emit(t)
-            b.branch(done)
-            b.position_at_end(bad)
-            b.branch(done)
-            b.position_at_end(done)
-
-        f.when(b.icmp_signed(">=", f.get(tid), _c(0)), verify, "hit")
+        verify_term(f, p, tid, n, lambda k: b.zext(f.load(p["buf"], I32, b.add(s, k)), I64))
+        t = f.get(tid)
+        f.when(b.icmp_signed(">=", t, _c(0)), lambda: emit(t), "term")
 
     full = fn.append_basic_block("full")  # the outputs may not hold the next document
     stopped_at = f.var(_c(0), "stopped_at")

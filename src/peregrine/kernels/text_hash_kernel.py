@@ -14,7 +14,9 @@ one document at a time, while its row is in cache,
    cancelled kept as explicit zeros (FeatureHasher's ``sum_duplicates`` keeps them);
 4. binary, the l1/l2 norm and the projection: the word kernel's code (text_rows.end_row).
 
-Stop words keep the NumPy path. Returns 0, or 1 when lowercasing met a code point only Python
+Stop words (``stop_slots`` non-zero) leave the token sequence before the n-grams, as
+``_word_ngrams`` drops them: each token is hashed as the terms' table hashes (``sum (c_j + 1)
+B^j``), probed in the stop words' table and verified code point by code point. Returns 0, or 1 when lowercasing met a code point only Python
 lowercases (as text_kernel.py).
 """
 
@@ -25,17 +27,25 @@ from functools import partial
 from llvmlite import ir
 
 from peregrine.kernels.irutil import F64, I8, I32, I64
-from peregrine.kernels.text_ir import GenericKernel, kernel_entry, lowered
+from peregrine.kernels.text_ir import (
+    GenericKernel,
+    kernel_entry,
+    lowered,
+    probe_slots,
+    verify_term,
+)
 from peregrine.kernels.text_ir import const as _c
 from peregrine.kernels.text_murmur import encode_utf8, hashed_column
 from peregrine.kernels.text_rows import bitmap_row, end_row, mark_column
 
 # the argument vector, in order (int64 each: an address or a number). Scratch, sized by the
-# caller for the longest document: buf (uint32, its lowercased code points), tok_s / tok_e
+# caller for the longest document (the stop words' table and terms as text_kernel.py's token
+# table, ``stop_slots`` 0 when there are none): buf (uint32, its lowercased code points), tok_s / tok_e
 # (each token's span in buf), bytes (an n-gram's UTF-8, with 8 bytes of slack); seen / bits /
 # top / n_top as in text_char_kernel.py
 ARGS = ("codes", "n_docs", "bounds", "klass", "lower", "min_len", "lo", "hi", "n_features",
-        "alt", "buf", "tok_s", "tok_e", "bytes", "seen", "bits", "top", "n_top", "reuse",
+        "alt", "stop_slots", "stop_mask", "stop_shift", "base", "vcodes", "vstart", "vlen",
+        "buf", "tok_s", "tok_e", "bytes", "seen", "bits", "top", "n_top", "reuse",
         "out_idx", "out_cnt", "indptr", "weigh", "idf", "norm", "binary", "out_val", "k", "w",
         "y")
 
@@ -51,6 +61,25 @@ def _build(symbol: str, triple: str) -> ir.Module:
     cttz = ir.Function(m, ir.FunctionType(I64, [I64, ir.IntType(1)]), name="llvm.cttz.i64")
     sqrt = m.declare_intrinsic("llvm.sqrt", [F64])
     fabs = m.declare_intrinsic("llvm.fabs", [F64])
+
+    has_stop = b.icmp_unsigned("!=", a["stop_slots"], _c(0))
+
+    def stop_word(s: ir.Value, e: ir.Value) -> ir.Value:
+        """Whether buf[s:e] is one of the stop words (i1)."""
+        h = f.var(_c(0), "h")
+        pw = f.var(_c(1), "pw")
+
+        def add(i: ir.Value) -> None:  # (c + 1) B^j: the terms' hash (_hash_runs)
+            c = b.zext(f.load(p["buf"], I32, i), I64)
+            b.store(b.add(f.get(h), b.mul(b.add(c, _c(1)), f.get(pw))), h)
+            b.store(b.mul(f.get(pw), a["base"]), pw)
+
+        f.loops.range(s, e, _c(1), add, "stop.hash")
+        tid = f.var(probe_slots(f, p["stop_slots"], a["stop_mask"], a["stop_shift"],
+                                f.get(h), "stop"), "sid")
+        verify_term(f, p, tid, b.sub(e, s),
+                    lambda k: b.zext(f.load(p["buf"], I32, b.add(s, k)), I64))
+        return b.icmp_signed(">=", f.get(tid), _c(0))
 
     def token_char(c: ir.Value) -> ir.Value:
         return b.icmp_unsigned("!=", f.load(p["klass"], I8, c), _c(0, I8))
@@ -91,7 +120,12 @@ def _build(symbol: str, triple: str) -> ir.Module:
             f.store(e, p["tok_e"], I64, t)
             b.store(b.add(t, _c(1)), nt)
 
-        f.when(b.icmp_signed(">=", b.sub(e, s), a["min_len"]), keep, "token")
+        def candidate() -> None:
+            stopped = f.var(ir.Constant(ir.IntType(1), 0), "stopped")
+            f.when(has_stop, lambda: b.store(stop_word(s, e), stopped), "stop")
+            f.when(b.not_(f.get(stopped, ir.IntType(1))), keep, "keep")
+
+        f.when(b.icmp_signed(">=", b.sub(e, s), a["min_len"]), candidate, "token")
         b.branch(head)
         b.position_at_end(done)
         return f.get(nt)

@@ -173,3 +173,36 @@ def probe_slots(f: Fn, slots: ir.Value, mask: ir.Value, shift: ir.Value, key: ir
     b.branch(head)
     b.position_at_end(done)
     return f.get(out)
+
+
+def verify_term(f: Fn, p: dict[str, ir.Value], tid: ir.Value, n: ir.Value,
+                ours: Callable[[ir.Value], ir.Value]) -> None:
+    """A hash hit is the term only if the code points are equal: sets the variable ``tid``
+    (a probe's answer, >= 0) to -1 unless term ``tid`` (``vlen``/``vstart`` into ``vcodes``)
+    is the ``n`` code points ``ours(k)`` (i64 each), k = 0 .. n - 1."""
+    b = f.b
+
+    def check() -> None:
+        t = f.get(tid)
+        bad = b.append_basic_block("verify.bad")
+        same = b.append_basic_block("verify.len")
+        b.cbranch(b.icmp_signed("==", f.load(p["vlen"], I64, t), n), same, bad)
+        b.position_at_end(same)
+        vs = f.load(p["vstart"], I64, t)
+        k = f.var(const(0), "k")
+        vh, vb, vd = f.loop("verify")
+        b.cbranch(b.icmp_signed("<", f.get(k), n), vb, vd)
+        b.position_at_end(vb)
+        kk = f.get(k)
+        theirs = b.zext(f.load(p["vcodes"], I32, b.add(vs, kk)), I64)
+        step = b.append_basic_block("verify.step")
+        b.cbranch(b.icmp_unsigned("==", ours(kk), theirs), step, bad)
+        b.position_at_end(step)
+        b.store(b.add(kk, const(1)), k)
+        b.branch(vh)
+        b.position_at_end(bad)
+        b.store(const(-1), tid)
+        b.branch(vd)
+        b.position_at_end(vd)
+
+    f.when(b.icmp_signed(">=", f.get(tid), const(0)), check, "hit")

@@ -39,6 +39,7 @@ from peregrine.kernels.text_ir import (
     lowered,
     prefetcher,
     probe_slots,
+    verify_term,
 )
 from peregrine.kernels.text_ir import const as _c
 from peregrine.kernels.text_rows import count_row, end_row
@@ -134,30 +135,7 @@ def _build(symbol: str, triple: str) -> ir.Module:
         tid = f.var(probe("tok_slots", "tok_mask", "tok_shift", f.load(p["tok_h"], I64, j),
                           "tok"), "tid")
 
-        def verify() -> None:  # a hash hit is the term only if the code points are equal
-            t = f.get(tid)
-            bad = b.append_basic_block("verify.bad")
-            same = b.append_basic_block("verify.len")
-            b.cbranch(b.icmp_signed("==", f.load(p["vlen"], I64, t), n), same, bad)
-            b.position_at_end(same)
-            vs = f.load(p["vstart"], I64, t)
-            k = f.var(_c(0), "k")
-            vh, vb, vd = f.loop("verify")
-            b.cbranch(b.icmp_signed("<", f.get(k), n), vb, vd)
-            b.position_at_end(vb)
-            kk = f.get(k)
-            theirs = b.zext(f.load(p["vcodes"], I32, b.add(vs, kk)), I64)
-            step = b.append_basic_block("verify.step")
-            b.cbranch(b.icmp_unsigned("==", code(b.add(start, kk)), theirs), step, bad)
-            b.position_at_end(step)
-            b.store(b.add(kk, _c(1)), k)
-            b.branch(vh)
-            b.position_at_end(bad)
-            b.store(_c(-1), tid)
-            b.branch(vd)
-            b.position_at_end(vd)
-
-        f.when(b.icmp_signed(">=", f.get(tid), _c(0)), verify, "hit")
+        verify_term(f, p, tid, n, lambda k: code(b.add(start, k)))
         t = f.get(tid)
         known = b.icmp_signed(">=", t, _c(0))
         stop = b.and_(known, b.icmp_unsigned(

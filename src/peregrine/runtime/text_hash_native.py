@@ -1,4 +1,4 @@
-"""A HashingVectorizer TextRunner (word analyzer, no stop words) laid out for its compiled
+"""A HashingVectorizer TextRunner (word analyzer; its stop words a verified table) laid out for its compiled
 kernel (kernels/text_hash_kernel.py), and the call: documents -> CSR signed counts, normalised
 values or the projected (n, K) scores in one pass, sharing NativeText's preprocessing
 (``run``: Python's ``lower()`` of ASCII text, the lowercase table otherwise, NFKD in Python
@@ -18,6 +18,8 @@ import numpy as np
 from peregrine.kernels.text_hash_kernel import ARGS, HashKernelSpec
 from peregrine.runtime.text_native import (
     NativeText,
+    _signed,
+    _slots,
     batch_args,
     bitmap_scratch,
     call,
@@ -25,6 +27,7 @@ from peregrine.runtime.text_native import (
     rows,
     token_capacity,
 )
+from peregrine.runtime.text_tokens import _Tokens
 
 # the kernel keeps an int32 count per column and reads a bit per 4,096 columns for every
 # document: past 2**22 columns (16 MiB of counts, 1,024 words a document) the NumPy path,
@@ -38,7 +41,7 @@ class NativeHash(NativeText):
 
     def __init__(self, run: Any) -> None:  # not NativeText's: it builds vocabulary tables
         spec = self.spec = run.spec
-        if spec.analyzer != "word" or run.stop or spec.n_features > MAX_COLUMNS:
+        if spec.analyzer != "word" or spec.n_features > MAX_COLUMNS:
             raise OverflowError("the NumPy path")  # (see MAX_COLUMNS)
         lo, hi = spec.ngram_range
         self.hi = hi
@@ -47,6 +50,14 @@ class NativeHash(NativeText):
                     else np.ones(spec.n_features, dtype=np.float64))
         self.keep = [run.table, self.idf]
         self.args = dict.fromkeys(ARGS, 0)
+        if run.stop:  # the word kernel's token table, of the stop words alone
+            stop = _Tokens(sorted(run.stop), spec.char_class)
+            slots = _slots(stop.table)
+            self.keep += [stop.codes, stop.starts, stop.lens, slots]
+            self.args.update(stop_slots=slots.ctypes.data, stop_mask=stop.table.mask,
+                             stop_shift=int(stop.table.shift), base=_signed(stop.base),
+                             vcodes=stop.codes.ctypes.data, vstart=stop.starts.ctypes.data,
+                             vlen=stop.lens.ctypes.data)
         self.args.update(klass=run.table.ctypes.data, min_len=spec.min_len, lo=lo, hi=hi,
                          n_features=spec.n_features, alt=int(spec.alternate_sign),
                          idf=self.idf.ctypes.data, norm={"": 0, "l1": 1, "l2": 2}[spec.norm],
