@@ -116,8 +116,8 @@ def _batches() -> list[list[str]]:
 @pytest.mark.parametrize("analyzer, ngram_range", list(itertools.product(
     ["char", "char_wb"], [(1, 1), (1, 3), (2, 4), (4, 6)])))
 def test_char_kernel_matches_sklearn(analyzer, ngram_range, monkeypatch):
-    """kernels/text_char_kernel.py: counts, tf-idf values (l2, l1 with binary, none) and the
-    projection S @ W in scipy's order, bit for bit, lowercase or not, with NFKD accents, on
+    """kernels/text_char_kernel.py: counts, tf-idf values (l2, l1 with binary, none), hashed
+    windows' signed sums (HashingVectorizer) and the projection S @ W in scipy's order, bit for bit, lowercase or not, with NFKD accents, on
     each kind of batch; and with the outputs' first guess at zero, so that every document
     makes the kernel stop, the outputs grow and the call resume there."""
     from peregrine.runtime import text_char_native
@@ -128,12 +128,17 @@ def test_char_kernel_matches_sklearn(analyzer, ngram_range, monkeypatch):
                   strip_accents=strip)
         for vec in (CountVectorizer(**kw), TfidfVectorizer(**kw),
                     TfidfVectorizer(norm="l1", binary=True, **kw),
-                    TfidfVectorizer(norm=None, **kw)):
+                    TfidfVectorizer(norm=None, **kw),
+                    # hashed windows: few columns, so signed sums cancel (explicit zeros)
+                    HashingVectorizer(n_features=97, norm=None, **kw),
+                    HashingVectorizer(n_features=61, binary=True, norm="l1", **kw),
+                    HashingVectorizer(n_features=2 ** 12, alternate_sign=False, **kw)):
             vec.fit(TRAIN)
-            run = TextRunner(text_spec(vec))
+            spec = text_spec(vec)
+            run = TextRunner(spec)
             native = run.native()
             assert native is not None and native.weighs
-            proj = rng.normal(size=(len(vec.vocabulary_), 3))
+            proj = rng.normal(size=(spec.n_features, 3))
             for docs in _batches():
                 want = vec.transform(docs)
                 _same_csr(run.matrix(docs), want)

@@ -246,7 +246,8 @@ def test_explain_names_the_tokenizer():
              (TfidfVectorizer(ngram_range=(1, 2)), "NativeText"),
              (HashingVectorizer(n_features=64), "NativeHash"),
              (HashingVectorizer(n_features=64, stop_words=["ab"]), "NativeHash"),
-             (HashingVectorizer(n_features=64, analyzer="char"), None)]
+             (HashingVectorizer(n_features=64, analyzer="char"), "NativeChar"),
+             (HashingVectorizer(n_features=2 ** 22 + 1), None)]  # past the kernels' columns
     for vec, kind in cases:
         fast = peregrine.compile(make_pipeline(vec, LogisticRegression()).fit(docs, y),
                                  backend="native")

@@ -9,7 +9,10 @@ at a time, while its row is in cache,
 2. every window the analyzer yields is hashed as it grows one code point at a time (the
    terms' table hash ``sum (c_j + 1) B^j`` mod 2**64) and its home slot prefetched;
 3. each window probes the terms' table, is verified code point by code point and emits its
-   term's column;
+   term's column; or, for HashingVectorizer (``hashing``), is UTF-8 encoded and hashed with
+   MurmurHash3 x86_32 (text_murmur.py: the column ``abs(h) % n_features``, the sign -1 when
+   ``alt`` and h < 0), its signed count summed (the sums that cancel kept as explicit zeros,
+   as text_hash_kernel.py keeps them);
 4. the row (text_rows.py): each column is counted in a dense array and marked in a two-level
    bitmap as it is emitted, so the row's sorted (column, count) pairs are read off the set bits
    (no sort: a Shell sort of ~140 columns per document was half the kernel's time); then
@@ -42,18 +45,19 @@ from peregrine.kernels.text_ir import (
     verify_term,
 )
 from peregrine.kernels.text_ir import const as _c
+from peregrine.kernels.text_murmur import encode_utf8, hashed_column
 from peregrine.kernels.text_rows import bitmap_row, end_row, mark_column
 
 # the argument vector, in order (int64 each: an address or a number). ``nonspace``: uint8 per
 # code point, 1 where it is not whitespace (re's \s, text_tokens._class_table). Scratch, sized
 # by the caller for the longest document (doc_bound below): buf (uint32 code points), g_s /
-# g_n / g_h (each window's start in buf, length, hash); for the columns (text_rows.mark_column,
-# zeros, left zero): seen (int32 per column), bits (a bit per column), top (a bit per word of
-# bits; n_top words)
+# g_n / g_h (each window's start in buf, length, hash), bytes (a window's UTF-8, with 8 bytes
+# of slack; hashing only); for the columns (text_rows.mark_column, zeros, left zero): seen
+# (int32 per column), bits (a bit per column), top (a bit per word of bits; n_top words)
 ARGS = ("codes", "n_docs", "first", "bounds", "nonspace", "lower", "wb",
         "tok_slots", "tok_mask", "tok_shift", "base", "vcodes", "vstart", "vlen", "lo", "hi",
-        "buf", "g_s", "g_n", "g_h", "seen", "bits", "top", "n_top", "reuse", "cap",
-        "stopped",
+        "buf", "g_s", "g_n", "g_h", "hashing", "n_features", "alt", "bytes", "seen", "bits",
+        "top", "n_top", "reuse", "cap", "stopped",
         "out_idx", "out_cnt", "indptr", "weigh", "idf", "norm", "binary", "out_val", "k", "w",
         "y")
 SPACE = 0x20
@@ -74,6 +78,7 @@ def _build(symbol: str, triple: str) -> ir.Module:
     code = lowered(f, p["codes"], p["lower"], b.icmp_unsigned("!=", a["lower"], _c(0)),
                    special)
     word_bounded = b.icmp_unsigned("!=", a["wb"], _c(0))
+    hashing = b.icmp_unsigned("!=", a["hashing"], _c(0))
     reuse = b.icmp_unsigned("!=", a["reuse"], _c(0))
     cttz = ir.Function(m, ir.FunctionType(I64, [I64, ir.IntType(1)]), name="llvm.cttz.i64")
     sqrt = m.declare_intrinsic("llvm.sqrt", [F64])
@@ -111,7 +116,8 @@ def _build(symbol: str, triple: str) -> ir.Module:
                     f.store(at, p["g_s"], I64, q)
                     f.store(n, p["g_n"], I64, q)
                     f.store(hv, p["g_h"], I64, q)
-                    fetch_slot(f, prefetch, p["tok_slots"], hv, a["tok_shift"])
+                    f.when(b.not_(hashing), lambda: fetch_slot(
+                        f, prefetch, p["tok_slots"], hv, a["tok_shift"]), "win.fetch")
                     b.store(b.add(q, _c(1)), ng)
 
                 f.when(want, push, "win.want")
@@ -193,14 +199,34 @@ def _build(symbol: str, triple: str) -> ir.Module:
     def emit(col: ir.Value) -> None:
         mark_column(f, p, col)
 
-    def gram(q: ir.Value) -> None:
+    def term(s: ir.Value, n: ir.Value, q: ir.Value) -> None:
         """Probe window q, verify its code points against the term it hit, emit the term."""
-        s, n = f.load(p["g_s"], I64, q), f.load(p["g_n"], I64, q)
         tid = f.var(probe_slots(f, p["tok_slots"], a["tok_mask"], a["tok_shift"],
                                 f.load(p["g_h"], I64, q), "tok"), "tid")
         verify_term(f, p, tid, n, lambda k: b.zext(f.load(p["buf"], I32, b.add(s, k)), I64))
         t = f.get(tid)
         f.when(b.icmp_signed(">=", t, _c(0)), lambda: emit(t), "term")
+
+    def hashed(s: ir.Value, n: ir.Value) -> None:
+        """The window's UTF-8 hashed: its signed count added to its column."""
+        at = f.var(_c(0), "utf8.at")
+        encode_utf8(f, p["buf"], p["bytes"], s, b.add(s, n), at)
+        col, flip = hashed_column(f, p["bytes"], f.get(at))
+        mark_column(f, p, col, b.select(flip, _c(-1, I32), _c(1, I32)))
+
+    def gram(q: ir.Value) -> None:
+        s, n = f.load(p["g_s"], I64, q), f.load(p["g_n"], I64, q)
+        yes = b.append_basic_block("gram.hash")
+        no = b.append_basic_block("gram.term")
+        after = b.append_basic_block("gram.after")
+        b.cbranch(hashing, yes, no)
+        b.position_at_end(yes)
+        hashed(s, n)
+        b.branch(after)
+        b.position_at_end(no)
+        term(s, n, q)
+        b.branch(after)
+        b.position_at_end(after)
 
     full = fn.append_basic_block("full")  # the outputs may not hold the next document
     stopped_at = f.var(_c(0), "stopped_at")
@@ -244,4 +270,4 @@ def _build(symbol: str, triple: str) -> ir.Module:
 
 
 # the kernel's jit.KernelSource: ``CharKernelSpec()``
-CharKernelSpec = partial(GenericKernel, "text_char_count", 1, _build)
+CharKernelSpec = partial(GenericKernel, "text_char_count", 2, _build)

@@ -137,16 +137,16 @@ class TextRunner:
     def native(self) -> Any:
         """The compiled tokenizer's tables (runtime/text_native.py; text_char_native.py for
         character n-grams, text_hash_native.py for HashingVectorizer's words), built on first
-        use; None where it does not run (hashed character n-grams or stop words, n-gram keys
-        past int64, an empty vocabulary, no LLVM)."""
+        use; None where it does not run (n-gram keys past int64, an empty vocabulary, more
+        than 2**22 columns, no LLVM)."""
         if self._native is None:
             try:
-                if self.spec.hashing:
-                    from peregrine.runtime.text_hash_native import NativeHash as kind
-                elif self.spec.analyzer == "word":
-                    from peregrine.runtime.text_native import NativeText as kind
-                else:
+                if self.spec.analyzer != "word":
                     from peregrine.runtime.text_char_native import NativeChar as kind
+                elif self.spec.hashing:
+                    from peregrine.runtime.text_hash_native import NativeHash as kind
+                else:
+                    from peregrine.runtime.text_native import NativeText as kind
                 self._native = kind(self)
             except (ImportError, OSError, OverflowError, RuntimeError):
                 self._native = False

@@ -5,8 +5,8 @@ projected (n, K) scores in one pass, as NativeText does for words (whose preproc
 Python for strip_accents).
 
 The kernel computes what runtime/text_char.py's NumPy path computes (the same windows, the
-same verified table of the terms: tests/test_text_char.py compares both with scikit-learn).
-HashingVectorizer's character n-grams keep the NumPy path and the murmur kernel.
+same verified table of the terms, or for HashingVectorizer the same MurmurHash3 of each
+window's UTF-8: tests/test_text_char.py compares both with scikit-learn).
 """
 
 from __future__ import annotations
@@ -46,25 +46,31 @@ class NativeChar(NativeText):
 
     def __init__(self, run: Any) -> None:  # not NativeText's: it builds the word tables
         spec, tok = run.spec, run.tokens
-        if not tok.size or spec.n_features > MAX_COLUMNS:
-            # nothing to look up, or a vocabulary too large for the per-column counts (as
-            # for hashing): the NumPy path answers
+        if spec.n_features > MAX_COLUMNS or not (spec.hashing or tok.size):
+            # a matrix too wide for the per-column counts, or nothing to look up: the NumPy
+            # path answers
             raise OverflowError("the NumPy path")
         lo, hi = spec.ngram_range
         self.spec, self.hi = spec, hi
         self.idf = (np.asarray(spec.idf, dtype=np.float64) if spec.idf is not None
                     else np.ones(spec.n_features, dtype=np.float64))
         nonspace = _nonspace()
-        self.keep = [tok.codes, tok.starts, tok.lens, self.idf, nonspace,
-                     tok_slots := _slots(tok.table)]
+        self.keep = [self.idf, nonspace]
         self.args = dict.fromkeys(ARGS, 0)
         self.args.update(
-            nonspace=nonspace.ctypes.data, wb=int(spec.analyzer == "char_wb"),
-            tok_slots=tok_slots.ctypes.data, tok_mask=tok.table.mask,
-            tok_shift=int(tok.table.shift), base=_signed(tok.base),
-            vcodes=tok.codes.ctypes.data, vstart=tok.starts.ctypes.data,
-            vlen=tok.lens.ctypes.data, lo=lo, hi=hi, idf=self.idf.ctypes.data,
-            norm={"": 0, "l1": 1, "l2": 2}[spec.norm], binary=int(spec.binary))
+            nonspace=nonspace.ctypes.data, wb=int(spec.analyzer == "char_wb"), lo=lo, hi=hi,
+            idf=self.idf.ctypes.data, norm={"": 0, "l1": 1, "l2": 2}[spec.norm],
+            binary=int(spec.binary))
+        if spec.hashing:  # each window's UTF-8 hashed (text_murmur.py)
+            self.args.update(hashing=1, n_features=spec.n_features,
+                             alt=int(spec.alternate_sign))
+        else:
+            self.keep += [tok.codes, tok.starts, tok.lens, tok_slots := _slots(tok.table)]
+            self.args.update(
+                tok_slots=tok_slots.ctypes.data, tok_mask=tok.table.mask,
+                tok_shift=int(tok.table.shift), base=_signed(tok.base),
+                vcodes=tok.codes.ctypes.data, vstart=tok.starts.ctypes.data,
+                vlen=tok.lens.ctypes.data)
         self.fn = kernel_function(CharKernelSpec())
 
     def _scan(self, codes: np.ndarray, lens: np.ndarray, table: np.ndarray | None,
@@ -81,12 +87,14 @@ class NativeChar(NativeText):
         indptr = np.zeros(n + 1, dtype=np.int32)
         buf = np.empty(longest, dtype=np.uint32)
         grams = np.empty((3, longest), dtype=np.int64)  # start, length, hash
+        utf8 = np.empty(4 * hi + 8, dtype=np.uint8)  # a window's UTF-8 (+ the tail's slack)
         stopped = np.zeros(1, dtype=np.int64)
         marks, _marks = bitmap_scratch(self.spec.n_features)
         batch, y, _hold = batch_args(codes, lens, table, weigh, projection)
         args = dict(self.args, **batch, **marks, buf=buf.ctypes.data,
                     g_s=grams[0].ctypes.data, g_n=grams[1].ctypes.data,
-                    g_h=grams[2].ctypes.data, stopped=stopped.ctypes.data,
+                    g_h=grams[2].ctypes.data, bytes=utf8.ctypes.data,
+                    stopped=stopped.ctypes.data,
                     indptr=indptr.ctypes.data)
         first = 0
         while True:
