@@ -35,9 +35,11 @@ import numpy as np
 from llvmlite import ir
 
 from peregrine.ir import Graph, Link, Op
+from peregrine.ir.spec import GUARD
 from peregrine.ir.semantics.kernels import far_rows_vanish
 from peregrine.ir.semantics.pipeline import float32_params
 from peregrine.ir.semantics.row_sums import row_sum_program
+from peregrine.kernels import rowwise_onehot
 from peregrine.kernels.rowwise_emit import RBF_CHUNK, Emitter
 
 # Limits past which a fused kernel is the wrong tool: a LINEAR this large is a GEMM (torch's
@@ -114,12 +116,23 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool | str], x_dtype: str
         offset += arr.size
         return [offset - arr.size, arr.size]
 
+    order = graph.steps(wanted)
+    for node in order:
+        f32[node.name] = node.attrs.float32_out([f32[i] for i in node.inputs])
+    # a LINEAR reading one-hot indicators picks its weight rows instead (rowwise_onehot.py)
+    linears, absorbed = rowwise_onehot.absorbed(order, set(wanted), _readers(graph), by_name,
+                                                f32)
     try:
-        for node in graph.steps(wanted):
-            ins = [index[i] for i in node.inputs]
-            widths = [int(by_name[i].width) for i in node.inputs]
-            f32[node.name] = node.attrs.float32_out([f32[i] for i in node.inputs])
-            step = _step(node, widths, param, f32[node.name])
+        for node in order:
+            if node.name in absorbed:
+                continue
+            if node.name in linears:
+                step, ins, widths = rowwise_onehot.one_hot_linear_step(
+                    node, linears[node.name], index, by_name, param)
+            else:
+                ins = [index[i] for i in node.inputs]
+                widths = [int(by_name[i].width) for i in node.inputs]
+                step = _step(node, widths, param, f32[node.name])
             # a fused rbf KERNEL loops over its vectors (rowwise_emit.op_rbf): wider is fine
             limit = MAX_KERNEL_WIDTH if node.op is Op.KERNEL else MAX_WIDTH
             if step is None or not 0 < int(node.width or 0) <= limit:
@@ -150,6 +163,19 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool | str], x_dtype: str
 
 class _Unfusable(Exception):
     pass
+
+
+def _readers(graph: Graph) -> dict[str, int]:
+    """How many times each node is read by other nodes and by outputs other than guards (only
+    runtime/guards.py reads those, by the reference rules, on rows past the model's bound)."""
+    count: dict[str, int] = {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            count[i] = count.get(i, 0) + 1
+    for name, out in graph.outputs.items():
+        if not name.startswith(GUARD):
+            count[out] = count.get(out, 0) + 1
+    return count
 
 
 def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:

@@ -435,3 +435,55 @@ class Emitter:
             at = ir.Constant(I32, slot)
             hit = b.insert_element(hit, b.or_(b.extract_element(hit, at), b.not_(found)), at)
         return b.uitofp(hit, self.vec(w))
+
+    def op_one_hot_linear(self, s: dict, ins: list) -> ir.Value:
+        # rowwise_onehot.py: from 0.0, block by block in W's row order, the weight row each
+        # one-hot column's category picks, or x_j * W[j] for a dense block's columns; then
+        # the bias (csr_matvec's order on the ColumnTransformer's sparse output)
+        b, w = self.b, s["w"]
+        acc = self.const(0.0, w)
+        for block, x in zip(s["blocks"], ins):
+            if block["kind"] == "dense":
+                off, size = block["W"]
+                for j in range(size // w):
+                    term = b.fmul(self.splat(self.lane(x, j), w), self.load_param([off + j * w, w]))
+                    acc = b.fadd(acc, term)
+                continue
+            for col in block["cols"]:
+                pick = self.category_index(self.lane(x, col["j"]), col)
+                at = b.add(ir.Constant(I64, col["rows"][0]), b.mul(pick, ir.Constant(I64, w)))
+                row = b.load(gep(b, self.params, [at], source_etype=F64), typ=self.vec(w),
+                             align=8)
+                acc = b.fadd(acc, row)
+        return b.fadd(acc, self.load_param(s["b"]))
+
+    def category_index(self, v: ir.Value, col: dict) -> ir.Value:
+        """The position of the category equal to ``v`` among the column's ``n`` (float64
+        equality, a NaN category matching NaN: the ONE_HOT rule's), ``n`` when none is: each
+        64 categories one vector comparison, its mask's first set bit."""
+        b, n = self.b, col["n"]
+        if not n:
+            return ir.Constant(I64, 0)
+        cttz = self.m.globals.get("llvm.cttz.i64") or ir.Function(
+            self.m, ir.FunctionType(I64, [I64, I1]), name="llvm.cttz.i64")
+        nan = set(col["nan"])
+        is_nan = b.fcmp_unordered("uno", v, v) if nan else None
+        best = None
+        for start in range(0, n, 64):
+            m = min(64, n - start)
+            eq = b.fcmp_ordered("==", self.splat(v, m),
+                                self.load_param([col["cats"][0] + start, m]))
+            lanes = [start + k in nan for k in range(m)]
+            if any(lanes):  # the NaN category's lane: whether v is NaN
+                either = ir.Constant(ir.VectorType(I1, m), lanes)
+                eq = b.or_(b.and_(eq, b.not_(either)),
+                           b.and_(either, b.select(is_nan, splat(I1, m, True),
+                                                   splat(I1, m, False))))
+            bits = b.bitcast(eq, ir.IntType(m))
+            if m < 64:  # no match gives m, the chunk's end
+                bits = b.or_(b.zext(bits, I64), ir.Constant(I64, 1 << m))
+            here = b.add(b.call(cttz, [bits, ir.Constant(I1, 0)]), ir.Constant(I64, start))
+            # a match in an earlier chunk is below this chunk's start
+            best = here if best is None else b.select(
+                b.icmp_unsigned("<", best, ir.Constant(I64, start)), best, here)
+        return best

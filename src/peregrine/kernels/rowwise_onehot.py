@@ -1,0 +1,125 @@
+"""A linear model reading one-hot indicators, fused without the indicators (rowwise.py's
+``one_hot_linear`` step; rowwise_emit.op_one_hot_linear emits it).
+
+``LINEAR(ONE_HOT(x))``, or ``LINEAR(CONCAT(blocks))`` with one-hot blocks (a
+ColumnTransformer's OneHotEncoder beside scalers, then LogisticRegression), is computed per row
+as scikit-learn computes it on the sparse matrix the ColumnTransformer returns there
+(``csr_matvec``: the row's stored values times their weights, added left to right from 0.0,
+then the intercept): per one-hot input column, the category it equals picks one row of
+weights (its slot's row of W; the unknown slot's row when none matches; zeros where no slot
+is set, which leave the sum as it is), added in column order; a dense block adds
+``x_j * W[j]`` for each of its columns in order. The 1.0s and 0.0s are never made: a row of
+20 columns with 50 categories each is 20 comparisons of 50 lanes and 20 loads, where the
+indicators were a 1,000-wide vector (past the fused kernel's width limit, so the op-by-op
+rules ran: 1.6 GB of indicators for 200K rows).
+
+The order is the indicator columns' (``W``'s rows) only when each input column's slots come
+after the previous column's, as OneHotEncoder lays them out; other layouts are not fused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from peregrine.ir import Op
+
+MAX_PARAMS = 1 << 16  # float64 parameters of one fused one-hot product (its weight rows)
+
+
+def absorbed(steps: list, wanted: set[str], readers: dict[str, int], by_name: dict,
+             f32: dict[str, bool]) -> tuple[dict[str, list], set[str]]:
+    """(LINEAR node name -> the nodes its input concatenates, the ONE_HOT and CONCAT nodes
+    those LINEARs absorb) among ``steps``: where each absorbed node is read by the LINEAR
+    alone and is not itself wanted, and the product fits (``_fits``)."""
+    linears: dict[str, list] = {}
+    taken: set[str] = set()
+    for node in steps:
+        if node.op is not Op.LINEAR:
+            continue
+        src = by_name[node.inputs[0]]
+        parts = ([src] if src.op is Op.ONE_HOT else
+                 [by_name[i] for i in src.inputs] if src.op is Op.CONCAT else [])
+        hots = [p for p in parts if p.op is Op.ONE_HOT]
+        inner = hots + ([src] if src.op is Op.CONCAT else [])
+        if not hots or f32.get(src.name) or f32.get(node.name):
+            continue  # no indicators; or float32 values the rules round (not reproduced here)
+        if any(readers.get(n.name, 0) != 1 or n.name in wanted for n in inner):
+            continue
+        if not all(_in_column_order(p.attrs) for p in hots) or not _fits(node, parts):
+            continue
+        linears[node.name] = parts
+        taken.update(n.name for n in inner)
+    return linears, taken
+
+
+def _in_column_order(a) -> bool:
+    """Whether each input column's slots (and unknown slot) all come after the previous
+    column's: summing the picked rows column by column is then W's row order."""
+    top = -1
+    for slots, unknown in zip(a.slots, a.unknown_slots):
+        s = np.asarray(slots, dtype=np.int64).reshape(-1)
+        s = np.concatenate([s[s >= 0], [int(unknown)] if int(unknown) >= 0 else []])
+        if not s.size:
+            continue
+        if s.min() <= top:
+            return False
+        top = int(s.max())
+    return True
+
+
+def _fits(node, parts: list) -> bool:
+    w = int(node.width)
+    weight = np.asarray(node.attrs.weight)
+    if weight.ndim != 2 or weight.shape != (sum(int(p.width) for p in parts), w):
+        return False
+    size = 0
+    for p in parts:
+        if p.op is Op.ONE_HOT:
+            size += sum((np.size(c) + 1) * (w + 1) for c in p.attrs.categories)
+        else:
+            size += int(p.width) * w
+    return size <= MAX_PARAMS
+
+
+def one_hot_linear_step(node, parts: list, index: dict[str, int], by_name: dict,
+                        param) -> tuple[dict, list[int], list[int]]:
+    """(the step record, its input value indices, their widths): one block per part; a
+    one-hot block reads the ONE_HOT's own input and holds, per input column it reads, its
+    categories and one weight row per category plus the no-match row."""
+    a = node.attrs
+    w = int(node.width)
+    weight = np.asarray(a.weight, dtype=np.float64)
+    blocks, ins, widths, row = [], [], [], 0
+    for p in parts:
+        block = weight[row:row + int(p.width)]
+        row += int(p.width)
+        if p.op is not Op.ONE_HOT:
+            blocks.append({"kind": "dense", "W": param(block)})
+            ins.append(index[p.name])
+            widths.append(int(p.width))
+            continue
+        src = p.inputs[0]
+        cols = []
+        for j, cats, slots, unknown in zip(p.attrs.columns, p.attrs.categories, p.attrs.slots,
+                                           p.attrs.unknown_slots):
+            cats = np.asarray(cats, dtype=np.float64).reshape(-1)
+            slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+            rows = np.zeros((cats.size + 1, w))
+            rows[:-1][slots >= 0] = block[slots[slots >= 0]]
+            if int(unknown) >= 0:
+                rows[-1] = block[int(unknown)]
+            # a sum started at +0.0 is never -0.0 (x + y is -0.0 only for two -0.0s), so
+            # adding a zero of either sign leaves it as it is: a column all of whose rows are
+            # zeros (none of its slots read) is left out
+            if not rows.any():
+                continue
+            col = {"j": int(j), "n": int(cats.size), "rows": param(rows),
+                   "nan": [int(k) for k in np.flatnonzero(np.isnan(cats))]}
+            if cats.size:
+                col["cats"] = param(np.nan_to_num(cats, nan=0.0))
+            cols.append(col)
+        blocks.append({"kind": "one_hot", "cols": cols})
+        ins.append(index[src])
+        widths.append(int(by_name[src].width))
+    step = {"op": "one_hot_linear", "blocks": blocks, "b": param(a.bias, w)}
+    return step, ins, widths
