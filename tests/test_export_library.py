@@ -30,7 +30,7 @@ from sklearn.impute import SimpleImputer  # noqa: E402
 from sklearn.linear_model import LinearRegression, LogisticRegression  # noqa: E402
 from sklearn.neighbors import KNeighborsClassifier  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
-from sklearn.preprocessing import StandardScaler  # noqa: E402
+from sklearn.preprocessing import OneHotEncoder, StandardScaler  # noqa: E402
 from sklearn.tree import DecisionTreeRegressor  # noqa: E402
 
 import peregrine  # noqa: E402
@@ -96,6 +96,10 @@ def _model(name):
         return LogisticRegression(max_iter=500).fit(X, y)
     if name == "linear":
         return LinearRegression().fit(Xr, yr)
+    if name == "onehot_logistic":  # the row kernel's one-hot weight rows (rowwise_onehot.py)
+        cats = np.round(X[:, :4] * 3)
+        return make_pipeline(OneHotEncoder(handle_unknown="ignore"),
+                             LogisticRegression(max_iter=500)).fit(cats, y)
     if name == "scaler_forest":
         return make_pipeline(StandardScaler(), RandomForestClassifier(
             4, max_depth=5, random_state=0)).fit(X, y)
@@ -104,7 +108,7 @@ def _model(name):
 
 FAMILIES = ["xgb_multi", "xgb_binary", "lgbm_binary", "lgbm_regressor", "rf_strings",
             "gbm_binary", "decision_tree", "extra_trees", "hist_gb", "isolation_forest",
-            "logistic", "linear", "scaler_forest"]
+            "logistic", "linear", "scaler_forest", "onehot_logistic"]
 
 
 def _rows(compiled, n=300):

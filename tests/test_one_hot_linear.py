@@ -31,7 +31,7 @@ def _frame(n: int, rng: np.random.Generator, unseen: bool = False) -> pd.DataFra
     """Three string columns (3, 64 and 150 categories; ``unseen``: values never fitted), a
     numeric category column, two numbers. (No NaN in the category column: beside the scaler
     the boundary refuses NaN in every input column, where scikit-learn takes it as a category
-    of the encoded one: a known limit, noted in docs/passes.md.)"""
+    of the encoded one: docs/pipelines.md, "Known gaps".)"""
     def pick(k: int, prefix: str) -> np.ndarray:
         top = k + (5 if unseen else 0)
         return np.array([f"{prefix}{i}" for i in rng.integers(0, top, n)], dtype=object)

@@ -24,7 +24,8 @@ OPS = frozenset(op for op in Op if op is not Op.INPUT)
 # (backends/native/rules.py).
 # tvm +1 (issue #15, CatBoost CTRs): CTR_LOOKUP, the one node that replaced CatBoost graphs'
 # INTERP lookups, which TVM already ran as rules (native and torch lower it).
-MAX_FALLBACKS = {"native": 22, "torch": 0, "torchscript": 0, "reference": 0, "tvm": 22}
+# native -1 (2026-11-29): ONE_HOT, in row kernels (comparisons, or a linear model's rows).
+MAX_FALLBACKS = {"native": 21, "torch": 0, "torchscript": 0, "reference": 0, "tvm": 22}
 
 
 def _backend(name):

@@ -38,6 +38,7 @@ NATIVE_OPS = frozenset({
     Op.TREE_ENSEMBLE, Op.AFFINE, Op.LINK, Op.BINARY_PROBA, Op.ARGMAX, Op.THRESHOLD,
     Op.LINEAR, Op.SELECT, Op.CONCAT, Op.CENTER_SCALE, Op.CLIP, Op.NORMALIZE, Op.BINARIZE,
     Op.POLYNOMIAL, Op.UFUNC, Op.CTR_LOOKUP,  # CTR_LOOKUP: its own row kernel (ctr_kernel.py)
+    Op.ONE_HOT,  # comparisons in a row kernel, or a linear model's weight rows (rowwise_onehot)
 })
 
 
