@@ -353,6 +353,79 @@ def bench_text_columns(n_docs: int, repeats: int) -> str:
         f"{load0:.1f} -> {load1:.1f}"])
 
 
+def bench_one_hot(n_rows: int, repeats: int) -> str:
+    """ColumnTransformer([OneHotEncoder on 20 string columns of 50 categories, StandardScaler
+    on 20 numbers]) -> LogisticRegression, predict_proba on a DataFrame of n_rows rows:
+    scikit-learn, Peregrine native and torch (one fused row kernel that picks each category's
+    weight row: kernels/rowwise_onehot.py), the native backend with fused kernels off (the
+    NumPy rules: the indicators made), and ONNX Runtime (skl2onnx); the median wall time and
+    the best thread CPU time of ``2 * repeats + 1`` interleaved rounds (docs/pipelines.md)."""
+    import onnxruntime as ort
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    import peregrine
+
+    rng = np.random.default_rng(3)
+    cats, nums = [f"c{i}" for i in range(20)], [f"x{i}" for i in range(20)]
+    values = np.array([f"v{k}" for k in range(50)], dtype=object)
+    df = pd.DataFrame({**{c: values[rng.integers(0, 50, n_rows)] for c in cats},
+                       **{c: rng.normal(size=n_rows) for c in nums}})
+    y = rng.integers(0, 2, n_rows)
+    ct = ColumnTransformer([("oh", OneHotEncoder(handle_unknown="ignore"), cats),
+                            ("sc", StandardScaler(), nums)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lbfgs stopping at max_iter: the model is a fixture
+        pipe = make_pipeline(ct, LogisticRegression(max_iter=50)).fit(df[:20000], y[:20000])
+    t_sk, want = _time(pipe.predict_proba, df, repeats)
+    res, fns = {}, {"sklearn": pipe.predict_proba}
+    for name, backend, opts in (("native", "native", None), ("torch", "torch", None),
+                                ("rules", "native",
+                                 peregrine.CompileOptions(fused_kernels=False))):
+        cm = peregrine.compile(pipe, backend, options=opts)
+        res[name], got = _time(cm.predict_proba, df, repeats)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
+        assert np.array_equal(cm.predict(df), pipe.predict(df))
+        fns[name] = cm.predict_proba
+    same = bool(np.array_equal(peregrine.compile(pipe, "native").decision_function(df[:50000]),
+                               pipe.decision_function(df[:50000])))
+    types = [(c, StringTensorType([None, 1])) for c in cats]
+    types += [(c, FloatTensorType([None, 1])) for c in nums]
+    onx = to_onnx(pipe, initial_types=types, options={"zipmap": False})
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = int(THREADS)
+    sess = ort.InferenceSession(onx.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+    def run_ort(data):
+        feeds = {c: data[c].to_numpy(object).astype(str).reshape(-1, 1) for c in cats}
+        feeds.update({c: data[c].to_numpy(np.float32).reshape(-1, 1) for c in nums})
+        return sess.run(None, feeds)[1]
+
+    t_ort, ox = _time(run_ort, df, repeats)
+    fns["ort"] = run_ort
+    load0 = os.getloadavg()[0]
+    cpu_s = _thread_best(fns, df, 2 * repeats + 1)
+    load1 = os.getloadavg()[0]
+    def line(kind: str, t: dict) -> str:
+        return (f"  {kind}: sklearn {t['sklearn']:.3f} s | native {t['native']:.3f} s "
+                f"({t['sklearn'] / t['native']:.2f}x sklearn, {t['ort'] / t['native']:.2f}x "
+                f"ORT) | torch {t['torch']:.3f} s ({t['sklearn'] / t['torch']:.2f}x) | "
+                f"rules (fused_kernels=False) {t['rules']:.3f} s | ORT {t['ort']:.3f} s")
+
+    return "\n".join([
+        f"ColumnTransformer(OneHotEncoder 20 string columns x 50 categories + StandardScaler "
+        f"20) -> LogisticRegression, predict_proba on a {n_rows:,}-row DataFrame, "
+        f"{_cpu_name()}; median of {repeats}; decision_function equal to scikit-learn's bits: "
+        f"{same}; ORT max abs dev {np.max(np.abs(ox - want)):.1e} (float32 inputs)",
+        line("wall      ", {**res, "sklearn": t_sk, "ort": t_ort}),
+        line("thread CPU", cpu_s) + f"; best of {2 * repeats + 1} interleaved rounds, load "
+        f"{load0:.1f} -> {load1:.1f}"])
+
+
 def _cpu_name() -> str:
     import subprocess
 
@@ -372,6 +445,8 @@ def main(argv=None) -> int:
                     help="with --text: leave ONNX Runtime out (minutes on 100K documents)")
     ap.add_argument("--text-columns", type=int, default=0, metavar="ROWS",
                     help="run only the ColumnTransformer-with-a-text-column case on ROWS rows")
+    ap.add_argument("--one-hot", type=int, default=0, metavar="ROWS",
+                    help="run only the one-hot -> LogisticRegression case on ROWS rows")
     ap.add_argument("--analyzer", default="word",
                     choices=("word", "char", "char_wb", "hashing", "hashing-char"),
                     help="with --text: the vectorizer's analyzer (char: ngram_range (2, 4)); "
@@ -381,6 +456,9 @@ def main(argv=None) -> int:
                     help="with --text and a word analyzer: the vectorizer's stop_words "
                     "('english')")
     args = ap.parse_args(argv)
+    if args.one_hot:
+        print(bench_one_hot(args.one_hot, args.repeats), flush=True)
+        return 0
     if args.text_columns:
         print(bench_text_columns(args.text_columns, args.repeats), flush=True)
         return 0
