@@ -29,14 +29,13 @@ pytestmark = pytest.mark.filterwarnings("ignore:Found unknown categories")
 
 def _frame(n: int, rng: np.random.Generator, unseen: bool = False) -> pd.DataFrame:
     """Three string columns (3, 64 and 150 categories; ``unseen``: values never fitted), a
-    numeric category column, two numbers. (No NaN in the category column: beside the scaler
-    the boundary refuses NaN in every input column, where scikit-learn takes it as a category
-    of the encoded one: docs/pipelines.md, "Known gaps".)"""
+    numeric category column with NaN (a fitted category), two numbers."""
     def pick(k: int, prefix: str) -> np.ndarray:
         top = k + (5 if unseen else 0)
         return np.array([f"{prefix}{i}" for i in rng.integers(0, top, n)], dtype=object)
 
     codes = rng.integers(0, 6 + (2 if unseen else 0), n).astype(float)
+    codes[rng.random(n) < 0.1] = np.nan
     return pd.DataFrame({"a": pick(3, "a"), "b": pick(64, "b"), "c": pick(150, "c"),
                          "code": codes, "x": rng.normal(size=n), "y": rng.normal(size=n) * 5})
 

@@ -61,6 +61,7 @@ def model_spec(model: Any, build_head, n_features: int | None = None) -> ModelSp
     check = ctx.check_node()
     if check is not None:
         outputs[INPUT_ERRORS] = check
+    ctx.accept_nan_columns(int(n))
     for (node, kind), key in ctx.guarded.items():
         outputs[guard_name(key, kind, head.outputs, ctx.exempt.get((node, kind), ()))] = \
             node.split("@")[0]

@@ -28,6 +28,7 @@ import numpy as np
 
 from peregrine.errors import UnsupportedModelError
 from peregrine.frontends.base import qualified_name, refuse_overrides, unsupported
+from peregrine.frontends.nan_columns import nan_sources
 from peregrine.ir import GraphBuilder, Op
 from peregrine.ir.spec import GUARD, MethodSpec
 from peregrine.registry import TypeRegistry
@@ -56,6 +57,10 @@ class Context:
     g: GraphBuilder
     vocabs: dict[int, Vocab] = field(default_factory=dict)  # input column -> its string codes
     allow_nan: bool = True  # cleared when a step that rejects NaN may receive it
+    # the input columns whose NaN may reach such a step (frontends/nan_columns.py; None: any
+    # column): where allow_nan is cleared, NaN in the other columns is still answered
+    # (ModelSpec guard "nan_ok": an encoder or imputer takes it, as in scikit-learn)
+    nan_refused: set[int] | None = field(default_factory=set)
     # cleared when a step that rejects infinity reads an input column as it is (infinity an
     # earlier step computes is a guard's); a FunctionTransformer(validate=False) in front of
     # a HistGradientBoosting passes it on, and scikit-learn answers
@@ -131,11 +136,30 @@ class Context:
         """The step reading ``flow`` rejects NaN (sklearn's check_array): so must the input;
         and NaN or infinity an earlier step computes (a guard, runtime/guards.py)."""
         if flow.nan:
-            self.allow_nan = False
+            self.refuse_nan(flow)
         if any(s is None for s in flow.src):
             self.guard(flow, est, "inf+nan")
         self.reject_inf(flow, est)  # (its "inf" guard gives way to the stricter one)
         self._input_columns(flow, est, "input")
+
+    def refuse_nan(self, flow: Flow) -> None:
+        """A step that rejects NaN reads ``flow``: the input refuses NaN in the columns from
+        which one can reach it (all of them where that is not known)."""
+        self.allow_nan = False
+        if self.nan_refused is not None:
+            found = nan_sources(self.g.node, flow.node)
+            self.nan_refused = None if found is None else self.nan_refused | found
+
+    def accept_nan_columns(self, n_features: int) -> None:
+        """Where NaN is refused in some input columns only: a boundary guard output ("nan_ok",
+        runtime/inputs.py) naming the others, in which NaN is answered."""
+        if self.allow_nan or self.nan_refused is None:
+            return
+        cols = sorted(set(range(n_features)) - self.nan_refused)
+        if cols:
+            x = next(n.name for n in self.g._nodes if n.op is Op.INPUT)
+            at = "@" + ",".join(map(str, cols))
+            self.guarded[(x + at, "nan_ok")] = f"{GUARD}nan_ok:{len(self.guarded)}:boundary{at}"
 
     def reject_inf(self, flow: Flow, est: Any) -> None:
         """The step reading ``flow`` rejects infinity (check_array): in the input columns it
@@ -393,7 +417,7 @@ def splice_frontend(est: Any, ctx: Context, flow: Flow) -> Head:
                                     f"columns, the pipeline gives it {flow.width}")
     check_no_strings(est, ctx, flow)
     if not spec.allow_nan and flow.nan:  # (a computed NaN: the guard below)
-        ctx.allow_nan = False
+        ctx.refuse_nan(flow)
     if spec.sparse_nan != "missing" and flow.nan:
         ctx.sparse_nan = "refuse"
         if flow.sparse:  # an earlier step hands it a sparse matrix that may hold NaN

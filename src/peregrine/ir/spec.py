@@ -18,8 +18,10 @@ GUARD = "guard:"  # prefix of graph outputs a step validates (runtime/guards.py)
 # guard kinds that name input columns the boundary checks (inputs.py): "input" (NaN/inf
 # refused as they are), "na" (pd.NA refused), "strings" (a numeric array refused: a step
 # comparing object values with None or a string, which scikit-learn refuses on numbers),
-# "objects" (object values read only for their NaNs: MissingIndicator(np.nan) alone)
-BOUNDARY_KINDS = ("na", "input", "strings", "objects")
+# "objects" (object values read only for their NaNs: MissingIndicator(np.nan) alone),
+# "nan_ok" (where ModelSpec.allow_nan is False: columns whose NaN no NaN-rejecting step can
+# receive, answered: an encoder's category, an imputer's gap; frontends/nan_columns.py)
+BOUNDARY_KINDS = ("na", "input", "strings", "objects", "nan_ok")
 # ModelSpec.sparse_absent: how an entry absent from a scipy.sparse input reads
 # (runtime/sparse.py, docs/sparse.md). "zero": scikit-learn, LightGBM, CatBoost; "nan": XGBoost
 # (a DMatrix from CSR/CSC treats absent entries as missing); "refuse": the source's answer

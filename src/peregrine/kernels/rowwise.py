@@ -35,10 +35,10 @@ import numpy as np
 from llvmlite import ir
 
 from peregrine.ir import Graph, Link, Op
-from peregrine.ir.spec import GUARD
 from peregrine.ir.semantics.kernels import far_rows_vanish
 from peregrine.ir.semantics.pipeline import float32_params
 from peregrine.ir.semantics.row_sums import row_sum_program
+from peregrine.ir.spec import GUARD
 from peregrine.kernels import rowwise_onehot
 from peregrine.kernels.rowwise_emit import RBF_CHUNK, Emitter
 

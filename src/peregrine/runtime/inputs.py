@@ -158,6 +158,11 @@ def _check_values(arr: np.ndarray, spec: ModelSpec, cols: Any = None) -> None:
     else:
         bad = ~np.isfinite(sub)
         what = "NaN or infinity"
+    nan_ok = boundary_columns(spec, "nan_ok") if not spec.allow_nan else {}
+    if nan_ok:  # NaN there reaches no step that rejects it (an encoder's category)
+        ok = np.isin(cols, list(nan_ok))
+        if ok.any():
+            bad[:, ok] = np.isinf(sub[:, ok]) if not spec.allow_inf else False
     if bad.any():
         r, k = np.argwhere(bad)[0]
         raise InputError(
