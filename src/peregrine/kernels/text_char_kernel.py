@@ -9,10 +9,11 @@ at a time, while its row is in cache,
 2. every window the analyzer yields is hashed as it grows one code point at a time (the
    terms' table hash ``sum (c_j + 1) B^j`` mod 2**64) and its home slot prefetched;
 3. each window probes the terms' table, is verified code point by code point and emits its
-   term's column; or, for HashingVectorizer (``hashing``), is UTF-8 encoded and hashed with
-   MurmurHash3 x86_32 (text_murmur.py: the column ``abs(h) % n_features``, the sign -1 when
-   ``alt`` and h < 0), its signed count summed (the sums that cancel kept as explicit zeros,
-   as text_hash_kernel.py keeps them);
+   term's column; or, for HashingVectorizer (``hashing``), as it grows: its new code point's
+   UTF-8 appended to the window's bytes, the bytes hashed with MurmurHash3 x86_32
+   (text_murmur.py: the column ``abs(h) % n_features``, the sign -1 when ``alt`` and h < 0)
+   and its signed count summed (the sums that cancel kept as explicit zeros, as
+   text_hash_kernel.py keeps them);
 4. the row (text_rows.py): each column is counted in a dense array and marked in a two-level
    bitmap as it is emitted, so the row's sorted (column, count) pairs are read off the set bits
    (no sort: a Shell sort of ~140 columns per document was half the kernel's time); then
@@ -99,6 +100,7 @@ def _build(symbol: str, triple: str) -> ir.Module:
         n == size (the whole padded word) when ``whole``."""
         def start(s: ir.Value) -> None:
             h, pw = f.var(_c(0), "win.h"), f.var(_c(1), "win.pw")
+            u8 = f.var(_c(0), "win.u8")  # hashing: the window's UTF-8 bytes so far
             room = b.sub(size, s)
             top = b.select(b.icmp_signed("<", room, a["hi"]), room, a["hi"])
 
@@ -116,12 +118,34 @@ def _build(symbol: str, triple: str) -> ir.Module:
                     f.store(at, p["g_s"], I64, q)
                     f.store(n, p["g_n"], I64, q)
                     f.store(hv, p["g_h"], I64, q)
-                    f.when(b.not_(hashing), lambda: fetch_slot(
-                        f, prefetch, p["tok_slots"], hv, a["tok_shift"]), "win.fetch")
+                    fetch_slot(f, prefetch, p["tok_slots"], hv, a["tok_shift"])
                     b.store(b.add(q, _c(1)), ng)
 
-                f.when(want, push, "win.want")
+                def hashed() -> None:
+                    # the new code point's UTF-8 appended (the window's earlier ones are
+                    # there already), the window hashed and its signed count added now
+                    last = b.add(at, b.sub(n, _c(1)))
+                    encode_utf8(f, p["buf"], p["bytes"], last, b.add(last, _c(1)), u8)
 
+                    def count() -> None:
+                        col, flip = hashed_column(f, p["bytes"], f.get(u8))
+                        mark_column(f, p, col, b.select(flip, _c(-1, I32), _c(1, I32)))
+
+                    f.when(want, count, "win.hash")
+
+                yes = b.append_basic_block("win.hashing")
+                no = b.append_basic_block("win.terms")
+                after = b.append_basic_block("win.after")
+                b.cbranch(hashing, yes, no)
+                b.position_at_end(yes)
+                hashed()
+                b.branch(after)
+                b.position_at_end(no)
+                f.when(want, push, "win.want")
+                b.branch(after)
+                b.position_at_end(after)
+
+            b.store(_c(0), u8)
             f.loops.range(_c(1), b.add(top, _c(1)), _c(1), grow, "win.n")
 
         f.loops.range(_c(0), size, _c(1), start, "win.s")
@@ -199,34 +223,14 @@ def _build(symbol: str, triple: str) -> ir.Module:
     def emit(col: ir.Value) -> None:
         mark_column(f, p, col)
 
-    def term(s: ir.Value, n: ir.Value, q: ir.Value) -> None:
+    def gram(q: ir.Value) -> None:
         """Probe window q, verify its code points against the term it hit, emit the term."""
+        s, n = f.load(p["g_s"], I64, q), f.load(p["g_n"], I64, q)
         tid = f.var(probe_slots(f, p["tok_slots"], a["tok_mask"], a["tok_shift"],
                                 f.load(p["g_h"], I64, q), "tok"), "tid")
         verify_term(f, p, tid, n, lambda k: b.zext(f.load(p["buf"], I32, b.add(s, k)), I64))
         t = f.get(tid)
         f.when(b.icmp_signed(">=", t, _c(0)), lambda: emit(t), "term")
-
-    def hashed(s: ir.Value, n: ir.Value) -> None:
-        """The window's UTF-8 hashed: its signed count added to its column."""
-        at = f.var(_c(0), "utf8.at")
-        encode_utf8(f, p["buf"], p["bytes"], s, b.add(s, n), at)
-        col, flip = hashed_column(f, p["bytes"], f.get(at))
-        mark_column(f, p, col, b.select(flip, _c(-1, I32), _c(1, I32)))
-
-    def gram(q: ir.Value) -> None:
-        s, n = f.load(p["g_s"], I64, q), f.load(p["g_n"], I64, q)
-        yes = b.append_basic_block("gram.hash")
-        no = b.append_basic_block("gram.term")
-        after = b.append_basic_block("gram.after")
-        b.cbranch(hashing, yes, no)
-        b.position_at_end(yes)
-        hashed(s, n)
-        b.branch(after)
-        b.position_at_end(no)
-        term(s, n, q)
-        b.branch(after)
-        b.position_at_end(after)
 
     full = fn.append_basic_block("full")  # the outputs may not hold the next document
     stopped_at = f.var(_c(0), "stopped_at")
