@@ -446,7 +446,8 @@ class Emitter:
             if block["kind"] == "dense":
                 off, size = block["W"]
                 for j in range(size // w):
-                    term = b.fmul(self.splat(self.lane(x, j), w), self.load_param([off + j * w, w]))
+                    term = b.fmul(self.splat(self.lane(x, j), w),
+                                  self.load_param([off + j * w, w]))
                     acc = b.fadd(acc, term)
                 continue
             for col in block["cols"]:

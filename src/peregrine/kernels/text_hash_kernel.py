@@ -16,8 +16,9 @@ one document at a time, while its row is in cache,
 
 Stop words (``stop_slots`` non-zero) leave the token sequence before the n-grams, as
 ``_word_ngrams`` drops them: each token is hashed as the terms' table hashes (``sum (c_j + 1)
-B^j``), probed in the stop words' table and verified code point by code point. Returns 0, or 1 when lowercasing met a code point only Python
-lowercases (as text_kernel.py).
+B^j``), probed in the stop words' table and verified code point by code point.
+
+Returns 0, or 1 when lowercasing met a code point only Python lowercases (as text_kernel.py).
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ from peregrine.kernels.text_rows import bitmap_row, end_row, mark_column
 
 # the argument vector, in order (int64 each: an address or a number). Scratch, sized by the
 # caller for the longest document (the stop words' table and terms as text_kernel.py's token
-# table, ``stop_slots`` 0 when there are none): buf (uint32, its lowercased code points), tok_s / tok_e
-# (each token's span in buf), bytes (an n-gram's UTF-8, with 8 bytes of slack); seen / bits /
-# top / n_top as in text_char_kernel.py
+# table, ``stop_slots`` 0 when there are none): buf (uint32, its lowercased code points),
+# tok_s / tok_e (each token's span in buf), bytes (an n-gram's UTF-8, with 8 bytes of slack);
+# seen / bits / top / n_top as in text_char_kernel.py
 ARGS = ("codes", "n_docs", "bounds", "klass", "lower", "min_len", "lo", "hi", "n_features",
         "alt", "stop_slots", "stop_mask", "stop_shift", "base", "vcodes", "vstart", "vlen",
         "buf", "tok_s", "tok_e", "bytes", "seen", "bits", "top", "n_top", "reuse",
