@@ -168,13 +168,10 @@ class _Unfusable(Exception):
 def _readers(graph: Graph) -> dict[str, int]:
     """How many times each node is read by other nodes and by outputs other than guards (only
     runtime/guards.py reads those, by the reference rules, on rows past the model's bound)."""
-    count: dict[str, int] = {}
-    for n in graph.nodes:
-        for i in n.inputs:
-            count[i] = count.get(i, 0) + 1
+    count = graph.readers()
     for name, out in graph.outputs.items():
-        if not name.startswith(GUARD):
-            count[out] = count.get(out, 0) + 1
+        if name.startswith(GUARD):
+            count[out] -= 1
     return count
 
 
