@@ -87,6 +87,12 @@ class Emitter:
         self.pieces: dict[str, list[tuple[str, int]]] = {}
         # a CONCAT's output -> its parts, for a LINEAR reading it (onnx_ops.lower_linear)
         self.concat_parts: dict[str, list[str]] = {}
+        # a ONE_HOT's output -> (its IR node, its input tensor), for a LINEAR reading the
+        # indicators, which picks weight rows instead (onnx_lookup.one_hot_product)
+        self.one_hots: dict[str, tuple[Any, str]] = {}
+        # a string column's code tensor -> (its string input, the LabelEncoder's keys and
+        # codes), so a one-hot product can map the strings to its table rows directly
+        self.string_codes: dict[str, tuple[str, list[str], list[float]]] = {}
         self._count = 0
 
     def fresh(self, hint: str) -> str:

@@ -139,6 +139,11 @@ def lower_one_hot(e: Emitter, n: Any, ins: list[str]) -> str:
     entry is a sum of at most one 1.0: exact."""
     a, x = n.attrs, ins[0]
     width = int(n.width)
+    e.one_hots[out := _one_hot_matches(e, a, x, width)] = (n, x)
+    return out
+
+
+def _one_hot_matches(e: Emitter, a: Any, x: str, width: int) -> str:
     cols, cats, slot_of, owner = [], [], [], []
     for k, (j, c, s) in enumerate(zip(a.columns, a.categories, a.slots)):
         c = np.asarray(c, np.float64)
@@ -181,3 +186,127 @@ def lower_one_hot(e: Emitter, n: Any, ins: list[str]) -> str:
                 spread[k, s] = 1.0
         out = e.op("Add", [out, e.op("MatMul", [none, e.const(spread)])])
     return out
+
+
+MAX_TABLE = 1 << 22  # float64 entries of one product's weight-row table (32 MiB)
+
+
+def one_hot_product(e: Emitter, hot: Any, x: str, block: np.ndarray) -> str | None:
+    """``ONE_HOT(x) @ block`` without the indicators (a LINEAR's rows for them, lower_linear):
+    each one-hot column's value picks one row of weights, its category's slot's row (zeros
+    for a dropped category, the unknown slot's row, or zeros, when none matches), and the
+    picked rows are summed. One Gather of all columns' rows from one table indexed by
+    ``value - lowest category`` plus the column's offset, then ReduceSum: 1,000 indicator
+    columns of 20 string columns were four passes over a (n, 1,000) double matrix (compare,
+    cast, place, transpose) and a Gemm over it. Only where each column's categories are
+    integers in a short range (codes of strings, small integer categories) and no two
+    columns set one slot; otherwise None (the indicators and a Gemm, as before). The sum of
+    the picked rows is the Gemm's sum less its zero products, in ReduceSum's order: the same
+    few-ulp bound (docs/export.md, "One-hot columns into a linear model")."""
+    a = hot.attrs
+    w = block.shape[1]
+    cols, lows, spans, nan_rows, tables = [], [], [], [], []
+    used: set[int] = set()
+    for j, cats, slots, unknown in zip(a.columns, a.categories, a.slots, a.unknown_slots):
+        c = np.asarray(cats, np.float64).reshape(-1)
+        s = np.asarray(slots, np.int64).reshape(-1)
+        mine = set(s[s >= 0].tolist()) | ({int(unknown)} if int(unknown) >= 0 else set())
+        if mine & used:
+            return None  # an indicator set by two columns is 1, not a sum of two rows
+        used |= mine
+        num = c[~np.isnan(c)]
+        if num.size and (not np.isfinite(num).all() or (num != np.floor(num)).any()):
+            return None
+        lo = float(num.min()) if num.size else 0.0
+        span = int(num.max() - lo) + 1 if num.size else 0
+        if span > max(64, 4 * num.size):
+            return None
+        # rows: value - lo = 0 .. span - 1, then no match (span), then a NaN category
+        rows = np.tile(block[int(unknown)] if int(unknown) >= 0 else np.zeros(w), (span + 2, 1))
+        for cat, slot in zip(c, s):
+            rows[span + 1 if np.isnan(cat) else int(cat - lo)] = block[slot] if slot >= 0 else 0
+        if not rows.any():
+            continue  # nothing this column picks moves the sum
+        cols.append(int(j))
+        lows.append(lo)
+        spans.append(span)
+        nan_rows.append(span + 1 if np.isnan(c).any() else span)  # else: no match
+        tables.append(rows)
+    if not cols or sum(t.size for t in tables) > MAX_TABLE:
+        return None
+    offsets = np.cumsum([0] + [len(t) for t in tables[:-1]]).astype(np.int64)
+    axes = e.const(np.asarray([1], np.int64))
+    by_column = _string_rows(e, x, cols, lows, spans, nan_rows, offsets)
+    if by_column is not None:  # (m, n): the sum over columns adds whole rows
+        picked = e.op("Gather", [e.const(np.concatenate(tables)), by_column], axis=0)
+        return e.op("ReduceSum", [picked, e.const(np.asarray([0], np.int64))], keepdims=0)
+    index = _value_rows(e, _columns_of(e, x, cols), lows, spans, nan_rows, offsets)
+    table = np.concatenate(tables)
+    if w == 1:  # (n, m) picked values summed into (n, 1): a 3-d middle-axis sum is slower
+        picked = e.op("Gather", [e.const(table.reshape(-1)), index], axis=0)
+        return e.op("ReduceSum", [picked, axes], keepdims=1)
+    picked = e.op("Gather", [e.const(table), index], axis=0)  # (n, m, w)
+    return e.op("ReduceSum", [picked, axes], keepdims=0)
+
+
+def _value_rows(e: Emitter, xs: str, lows: list, spans: list, nan_rows: list,
+                offsets: np.ndarray) -> str:
+    """The table row each value of ``xs`` (n, m) picks, int64."""
+    if any(lows):
+        xs = e.op("Sub", [xs, _row(e, lows)])
+    span_row = _row(e, spans)
+    # value - lo in [0, span) and whole picks its row; anything else (out of range, a
+    # fraction, NaN: every comparison false) the no-match row
+    whole = e.op("Equal", [e.op("Floor", [xs]), xs])
+    inside = e.op("And", [e.op("GreaterOrEqual", [xs, e.const(np.asarray(0.0))]),
+                          e.op("Less", [xs, span_row])])
+    v = e.op("Where", [e.op("And", [inside, whole]), xs, span_row])
+    if any(r > s for r, s in zip(nan_rows, spans)):
+        v = e.op("Where", [e.op("IsNaN", [xs]), _row(e, nan_rows), v])
+    return e.op("Add", [e.op("Cast", [v], to=TensorProto.INT64), _row(e, offsets, np.int64)])
+
+
+def _string_rows(e: Emitter, x: str, cols: list[int], lows: list, spans: list,
+                 nan_rows: list, offsets: np.ndarray) -> str | None:
+    """The table rows (m, n), int64: where every column read is a string input's code (string_inputs=True), one
+    LabelEncoder per column straight from its strings to the table row its code picks (the
+    code's LabelEncoder, Cast and the matrix Concat are then unused and dropped); else None."""
+    pieces = e.pieces.get(x)
+    found = [e.string_codes.get(pieces[c][0]) for c in cols] if pieces else [None]
+    if any(f is None for f in found):
+        return None
+    parts = []
+    for (name, keys, codes), lo, span, nan_row, off in zip(found, lows, spans, nan_rows,
+                                                           offsets.tolist()):
+        rows = []
+        for code in codes:
+            at = code - lo
+            rows.append(nan_row if code != code else
+                        int(at) if 0 <= at < span and at == int(at) else span)
+        # an unseen string is the NaN code, as in the code's own LabelEncoder
+        parts.append(e.op("LabelEncoder", [name], domain="ai.onnx.ml", keys_strings=keys,
+                          values_int64s=[off + r for r in rows], default_int64=off + nan_row))
+    # (m, n): the columns stacked one after another (contiguous copies, where a Concat of
+    # (n, 1) columns along axis 1 writes one element at a time)
+    stacked = parts[0] if len(parts) == 1 else e.op("Concat", parts, axis=0)
+    return e.op("Reshape", [stacked, e.const(np.asarray([len(parts), -1], np.int64))])
+
+
+def _columns_of(e: Emitter, x: str, cols: list[int]) -> str:
+    """Columns ``cols`` of ``x``: ``x`` itself, or read from the parts a matrix of string
+    codes was Concat'ed from (``Emitter.pieces``: no Gather along axis 1, which ONNX Runtime
+    copies one element at a time), or a Gather."""
+    pieces = e.pieces.get(x)
+    if pieces is None:
+        if cols == list(range(e.widths.get(x) or -1)):
+            return x
+        return e.op("Gather", [x, e.const(np.asarray(cols, np.int64))], axis=1)
+    runs: list[list[Any]] = []  # [tensor, start, stop]
+    for t, k in (pieces[c] for c in cols):
+        if runs and runs[-1][0] == t and runs[-1][2] == k:
+            runs[-1][2] += 1
+        else:
+            runs.append([t, k, k + 1])
+    out = [t if start == 0 and stop == e.widths.get(t) else e.columns(t, start, stop)
+           for t, start, stop in runs]
+    return out[0] if len(out) == 1 else e.op("Concat", out, axis=1)

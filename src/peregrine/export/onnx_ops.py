@@ -15,6 +15,7 @@ from onnx import TensorProto
 
 from peregrine.export.onnx_float32 import feeds_pair_sigmoid
 from peregrine.export.onnx_graph import Emitter, lowering
+from peregrine.export.onnx_lookup import one_hot_product
 from peregrine.export.onnx_vector_trees import repaired_argmax
 from peregrine.ir.ops import Link, Op
 
@@ -210,19 +211,26 @@ def lower_linear(e: Emitter, n: Any, ins: list[str]) -> str:
         # original's and the Gemm returns -v to the bit
         w, bias = -w, -bias
     parts = e.concat_parts.get(ins[0])
-    if parts and all(e.dtypes.get(p) == e.dtypes.get(ins[0]) for p in parts):
+    if not (parts and all(e.dtypes.get(p) == e.dtypes.get(ins[0]) for p in parts)):
+        parts = [ins[0]]
+    if len(parts) == 1 and (parts[0] not in e.one_hots or scales is not None):
+        out = e.op("Gemm", [ins[0], e.const(w), e.const(bias)])
+    else:
         # x = Concat(parts): one Gemm per part, each adding the previous partial sum as its
         # C (the first the bias), instead of writing the concatenated matrix (100K x 65
-        # doubles after a ColumnTransformer). One more rounding per part, of a partial sum
-        # of the same products: still a few ulps of sum |x_i w_i| + |b|, the bound of a sum
-        # in the runtime's order (docs/export.md, "Faster forms")
+        # doubles after a ColumnTransformer); one-hot indicators pick their weight rows
+        # instead (onnx_lookup.one_hot_product). One more rounding per part, of a partial
+        # sum of the same products: still a few ulps of sum |x_i w_i| + |b|, the bound of a
+        # sum in the runtime's order (docs/export.md, "Faster forms")
         out, start = e.const(bias), 0
         for p in parts:
             width = int(e.widths[p])
-            out = e.op("Gemm", [p, e.const(w[start:start + width]), out])
+            block = w[start:start + width]
+            picked = (one_hot_product(e, *e.one_hots[p], block)
+                      if p in e.one_hots and scales is None else None)
+            out = (e.op("Add", [out, picked]) if picked is not None
+                   else e.op("Gemm", [p, e.const(block), out]))
             start += width
-    else:
-        out = e.op("Gemm", [ins[0], e.const(w), e.const(bias)])
     if negated:
         e.negated.add(out)
     if pair:
@@ -255,10 +263,14 @@ def lower_select(e: Emitter, n: Any, ins: list[str]) -> str:
         else:
             runs.append([t, k, k + 1])
     if len(runs) > (8 if parts else 1):
-        return e.op("Gather", [ins[0], e.const(cols)], axis=1)
-    out = [t if start == 0 and stop == e.widths.get(t) else e.columns(t, start, stop)
-           for t, start, stop in runs]
-    return out[0] if len(out) == 1 else e.op("Concat", out, axis=1)
+        got = e.op("Gather", [ins[0], e.const(cols)], axis=1)
+    else:
+        out = [t if start == 0 and stop == e.widths.get(t) else e.columns(t, start, stop)
+               for t, start, stop in runs]
+        got = out[0] if len(out) == 1 else e.op("Concat", out, axis=1)
+    if parts and got not in e.pieces:  # a one-hot product reading it takes the parts
+        e.pieces[got] = [parts[c] for c in cols.tolist()]
+    return got
 
 
 @lowering(Op.CONCAT)

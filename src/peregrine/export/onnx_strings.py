@@ -104,6 +104,7 @@ def lower_string_inputs(e: Any, spec: Any, names: dict[int, str], x_name: str,
         e.dtypes[code] = TensorProto.FLOAT
         pieces.append(e.cast(code, x_elem))
         e.widths[pieces[-1]] = 1
+        e.string_codes[pieces[-1]] = (names[j], keys, values)
         where.append((pieces[-1], 0))
     out = pieces[0] if len(pieces) == 1 else e.op("Concat", pieces, axis=1)
     e.widths[x_name] = len(numeric)
