@@ -110,3 +110,59 @@ def test_a_nan_passing_step_keeps_refusing():
             np.testing.assert_array_equal(fast.predict(X), model.predict(X))
         X["code"] = X["code"].fillna(1.0)  # NaN left in "gap" only: imputed
         np.testing.assert_array_equal(fast.predict(X), model.predict(X))
+
+
+def _ordinal_frame(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"code": rng.integers(0, 5, n).astype(float), "x": rng.normal(size=n),
+                       "z": rng.normal(size=n)})
+    df.loc[::7, "code"] = np.nan
+    return df
+
+
+@pytest.mark.parametrize("backend", ["reference", "native", "torch"])
+@pytest.mark.parametrize("encoder, fit_nan", [
+    (OrdinalEncoder(encoded_missing_value=-1), True),
+    (OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1), False),
+], ids=["nan-category-coded", "nan-unknown-coded"])
+def test_ordinal_encoder_coding_nan_answers_beside_a_scaler(backend, encoder, fit_nan):
+    """An OrdinalEncoder that codes NaN as a number (a fitted NaN category with a numeric
+    encoded_missing_value, or an unseen NaN as a numeric unknown value) beside a
+    StandardScaler, then LogisticRegression: scikit-learn answers NaN in the coded column and
+    refuses it in the scaled ones, and so does the compiled model (the ordinal map was taken
+    as mixing columns before: every NaN refused)."""
+    train = _ordinal_frame(600, 0)
+    if not fit_nan:
+        train["code"] = train["code"].fillna(1.0)
+    ct = ColumnTransformer([("e", encoder, ["code"]), ("s", StandardScaler(), ["x", "z"])])
+    model = make_pipeline(ct, LogisticRegression()).fit(train, np.arange(600) % 2)
+    fast = peregrine.compile(model, backend=backend)
+    X = _ordinal_frame(200, 1)
+    for rows in (X, X[:1], X[7:8]):
+        np.testing.assert_allclose(fast.predict_proba(rows), model.predict_proba(rows),
+                                   rtol=1e-5, atol=1e-6)
+    X.loc[3, "z"] = np.nan
+    with pytest.raises(ValueError):
+        model.predict(X)
+    with pytest.raises(InputError, match="column 2"):
+        fast.predict(X)
+
+
+def test_ordinal_encoder_passing_nan_on_keeps_refusing():
+    """unknown_value=np.nan: an unseen NaN stays NaN and reaches the model, which refuses it;
+    so does the compiled model, naming the column."""
+    train = _ordinal_frame(600, 0)
+    train["code"] = train["code"].fillna(1.0)
+    ct = ColumnTransformer([
+        ("e", OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=np.nan),
+         ["code"]),
+        ("s", StandardScaler(), ["x", "z"])])
+    model = make_pipeline(ct, LogisticRegression()).fit(train, np.arange(600) % 2)
+    fast = peregrine.compile(model, backend="native")
+    X = _ordinal_frame(50, 2)
+    with pytest.raises(ValueError):
+        model.predict(X)
+    with pytest.raises(InputError, match="column 0"):
+        fast.predict(X)
+    X["code"] = X["code"].fillna(2.0)
+    np.testing.assert_array_equal(fast.predict(X), model.predict(X))

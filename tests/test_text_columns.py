@@ -211,3 +211,44 @@ def test_refused(make, match):
     model = make().fit(TRAIN, Y)
     with pytest.raises(UnsupportedModelError, match=match):
         peregrine.compile(model, backend="reference")
+
+
+@pytest.mark.parametrize("backend", ["reference", "native"])
+def test_nan_an_earlier_step_computes_raises_and_an_encoders_nan_answers(backend):
+    """Beside a text column, a FunctionTransformer(np.log) makes NaN from a negative number:
+    scikit-learn's LogisticRegression refuses it, and so does the compiled model (its guard;
+    it was answered as NaN probabilities before). A NaN in the one-hot encoded column is the
+    encoder's unknown category: scikit-learn answers, and so does the compiled model (it was
+    refused at the boundary before)."""
+    from sklearn.preprocessing import FunctionTransformer
+
+    train = TRAIN.assign(price=np.abs(TRAIN["price"]) + 1.0,
+                         age=TRAIN["age"].astype(float))
+    model = make_pipeline(ColumnTransformer([
+        TXT, ("log", FunctionTransformer(np.log), ["price"]),
+        ("cat", OneHotEncoder(handle_unknown="ignore"), ["age"])]),
+        LogisticRegression(max_iter=2000)).fit(train, Y)
+    fast = compile_or_skip(model, backend)
+    test = TEST.assign(price=np.abs(TEST["price"]) + 1.0)
+    bad = test.copy()
+    bad.loc[4, "price"] = -2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.raises(ValueError):
+            model.predict_proba(bad)
+        with pytest.raises(InputError, match="row 4"):
+            fast.predict_proba(bad)
+    coded = test.copy()
+    coded.loc[[3, 9], "age"] = np.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # unknown categories
+        want = model.predict_proba(coded)
+    np.testing.assert_allclose(fast.predict_proba(coded), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(fast.predict_proba(coded[3:4]), want[3:4], rtol=1e-5,
+                               atol=1e-6)
+    reaching = test.copy()
+    reaching.loc[6, "price"] = np.nan  # reaches the model through the log: refused
+    with pytest.raises(ValueError):
+        model.predict(reaching)
+    with pytest.raises(InputError, match="row 6"):
+        fast.predict(reaching)

@@ -8,8 +8,12 @@ of each node, the set of input columns whose NaN it may carry:
 
 * ``ONE_HOT``: none (indicators are 0 or 1);
 * ``IMPUTE`` of NaN with finite fill values: none;
+* ``CATEGORY_MAP`` (OrdinalEncoder): a mapped column whose NaN becomes a number (a fitted NaN
+  category with a numeric ``encoded_missing_value``, or a numeric unknown value when NaN was
+  never seen): none; other columns their own;
 * ``SELECT`` and ``CONCAT``: the columns they move;
-* the element-wise ops (``CENTER_SCALE``, ``AFFINE``, ``CLIP``, ``UFUNC``): column j's own;
+* the per-column ops (those whose definition names ``PER_COLUMN`` parameters: scalers,
+  clips, ufuncs, quantile and power transforms, interpolation tables...): column j's own;
 * any other op: every column any of its inputs may carry (a product mixes them).
 
 ``None`` where a width is unknown: the caller refuses NaN in every column, as before.
@@ -23,7 +27,11 @@ import numpy as np
 
 from peregrine.ir import Node, Op
 
-ELEMENTWISE = frozenset({Op.CENTER_SCALE, Op.AFFINE, Op.CLIP, Op.UFUNC})
+
+def per_column(n: Node) -> bool:
+    """Output column j computed from input column j alone (the op's ``narrow`` keeps the
+    columns it is asked for: ir/semantics/base.py)."""
+    return type(n.attrs).PER_COLUMN is not None
 
 
 def nan_sources(node_of: Callable[[str], Node], name: str) -> frozenset[int] | None:
@@ -48,7 +56,13 @@ def nan_sources(node_of: Callable[[str], Node], name: str) -> frozenset[int] | N
             out = [s for x in ins for s in x]
         elif n.op is Op.ONE_HOT or (n.op is Op.IMPUTE and _fills_nan(n.attrs)):
             out = [frozenset()] * width
-        elif n.op in ELEMENTWISE and len(ins) == 1 and len(ins[0]) == width:
+        elif n.op is Op.CATEGORY_MAP and len(ins) == 1 and len(ins[0]) == width:
+            out = list(ins[0])
+            for j, cats, codes, unknown in zip(n.attrs.columns, n.attrs.categories,
+                                               n.attrs.codes, n.attrs.unknown):
+                if not _maps_nan_to_nan(cats, codes, unknown):
+                    out[int(j)] = frozenset()
+        elif per_column(n) and len(ins) == 1 and len(ins[0]) == width:
             out = ins[0]
         else:
             every = frozenset().union(*(s for x in ins for s in x))
@@ -64,3 +78,12 @@ def _fills_nan(a) -> bool:
     """An IMPUTE whose missing marker is NaN and whose fill values are finite: no NaN out."""
     missing = float(a.missing)
     return bool(np.isnan(missing) and np.all(np.isfinite(np.asarray(a.values, dtype=float))))
+
+
+def _maps_nan_to_nan(cats, codes, unknown) -> bool:
+    """Whether an OrdinalEncoder column gives NaN for a NaN: its NaN category's code, else
+    its unknown value (NaN matches only a NaN category: ir/semantics CategoryMap)."""
+    cats = np.asarray(cats, dtype=float).reshape(-1)
+    at = np.flatnonzero(np.isnan(cats))
+    value = np.asarray(codes, dtype=float).reshape(-1)[at[0]] if at.size else float(unknown)
+    return bool(np.isnan(value))

@@ -39,7 +39,12 @@ from peregrine.frontends.base import (
     sklearn_feature_names,
     unsupported,
 )
-from peregrine.frontends.sklearn_pipeline import SOURCES, _pipeline_head, model_spec
+from peregrine.frontends.sklearn_pipeline import (
+    SOURCES,
+    _pipeline_head,
+    guard_name,
+    model_spec,
+)
 from peregrine.frontends.sklearn_text import VECTORIZERS, text_spec
 from peregrine.frontends.steps import (
     Context,
@@ -53,7 +58,7 @@ from peregrine.frontends.steps import (
 from peregrine.ir import Graph, GraphBuilder, Node, Op, verify
 from peregrine.ir.semantics import DEFS
 from peregrine.ir.semantics.text import TextSpec
-from peregrine.ir.spec import INPUT_ERRORS, ModelSpec
+from peregrine.ir.spec import GUARD, INPUT_ERRORS, ModelSpec
 
 
 def _text_transformer(trans: Any) -> tuple[Any, Any] | None:
@@ -158,6 +163,21 @@ def convert_column_pipeline(model: Pipeline) -> ModelSpec:
     check = ctx.check_node()
     if check is not None:
         outputs[INPUT_ERRORS] = check
+    # the guards (NaN or infinity an earlier step computes, re-validated by the model) and
+    # the input columns whose NaN reaches no NaN-rejecting step, as model_spec has them; a
+    # text column's NaN stays the text reader's to refuse
+    if ctx.nan_refused is not None:
+        ctx.nan_refused |= {int(c) for b, _ in blocks for c in indices.get(b, [])}
+    ctx.accept_nan_columns(n_in)
+    for (node, kind), key in ctx.guarded.items():
+        name = key
+        if "@" in key:  # input columns: the vocabulary's (n_in on) are finite, not guarded
+            cols = [c for c in key.split("@")[1].split(",") if int(c) < n_in]
+            if not cols:
+                continue
+            name = key.split("@")[0] + "@" + ",".join(cols)
+        outputs[guard_name(name, kind, head.outputs, ctx.exempt.get((node, kind), ()))] = \
+            node.split("@")[0]
     graph, texts = _split_blocks(g.build(outputs), [(nodes[n], t) for n, t in blocks], model)
     text = dataclasses.replace(texts[0], more=tuple(texts[1:]))
     return ModelSpec(
@@ -189,16 +209,17 @@ def _split_blocks(graph: Graph, blocks: list[tuple[str, TextSpec]],
         raise unsupported(model, "text blocks read other than through the ColumnTransformer")
     matrix = hstack.name if hstack is not None else names[0]
     width = nodes[matrix].width
-    if matrix in graph.outputs.values() or not readers:
+    results = [v for k, v in graph.outputs.items() if not k.startswith(GUARD)]
+    if matrix in results or not readers:
         raise unsupported(model, "the text block's hstack as an output")
     parts = list(hstack.inputs) if hstack is not None else [names[0]]
     offsets = np.cumsum([0] + [nodes[i].width for i in parts])
     rows = {b: np.arange(offsets[parts.index(b)], offsets[parts.index(b)] + t.n_features)
             for b, t in blocks}
     texts = []
+    rest: str | None = None  # the hstack's non-text part (linear readers)
     if all(n.op is Op.LINEAR for n in readers):
         rest_inputs = tuple(i for i in parts if i not in names)
-        rest = None
         if len(rest_inputs) > 1:
             nodes[hstack.name] = _node(hstack.name, Op.CONCAT, rest_inputs,
                                        width - sum(t.n_features for _, t in blocks),
@@ -283,13 +304,18 @@ def _split_blocks(graph: Graph, blocks: list[tuple[str, TextSpec]],
             f"{', '.join(ops)} (its {vocab} vocabulary columns would have to be dense)")
     old_x = next(n for n in graph.nodes if n.op is Op.INPUT)
     nodes.pop(old_x.name)
+    # a guard re-validating the hstack checks what is left of it (the vocabulary's columns
+    # are finite): the rest's concatenation, its one part, or nothing
+    outputs = {k: ("X" if v == old_x.name else rest if hstack is not None
+                   and v == hstack.name and hstack.name not in nodes else v)
+               for k, v in graph.outputs.items()}
+    outputs = {k: v for k, v in outputs.items() if v is not None}
     nodes = {k: (dataclasses.replace(v, inputs=tuple("X" if i == old_x.name else i
                                                      for i in v.inputs)))
              for k, v in nodes.items()}
     nodes["X"] = Node("X", Op.INPUT, (), {}, "float64", n_in + new_width)
-    needed = Graph(tuple(nodes[k] for k in ["X"] + [k for k in nodes if k != "X"]),
-                   dict(graph.outputs))
-    out = Graph(tuple(needed.toposort()), dict(graph.outputs))
+    needed = Graph(tuple(nodes[k] for k in ["X"] + [k for k in nodes if k != "X"]), outputs)
+    out = Graph(tuple(needed.toposort()), outputs)
     verify(out)
     return out, texts
 
