@@ -21,6 +21,9 @@ the export is faster). Also reports each side's largest difference from the libr
         [--precision float32] [--operators LogisticRegression,MLPClassifier]
     .venv/bin/python benchmarks/bench_export.py --sections lr-forms --threads 1 --clock thread
 
+``one-hot``: bench_pipelines.py's ``--one-hot`` pipeline (a linear model over 1,000 one-hot
+columns of 20 string columns), string inputs on both sides (docs/export.md, "One-hot columns
+into a linear model").
 ``linear``: a 3-class LogisticRegression, RidgeClassifier, LinearRegression and Ridge (with
 ``--precision float32``: the float32 level's linear forms, docs/export.md).
 ``rf-forms``: bench_trees' two-class RandomForest(100, depth 8) exported in the forms the
@@ -205,11 +208,12 @@ class Feed(dict):
         return dict.__getitem__(self, key)
 
 
-def bench_frame(args, name, model, method) -> None:
-    """A ColumnTransformer row of the table: string and number columns. skl2onnx's file takes
-    one input per column (float32 numbers, strings); the export, with string_inputs=True,
-    ``X`` (the numbers, double) and one string input per string column. The feeds are made
-    before timing, so only ``run`` is timed on both sides."""
+def bench_frame(args, name, model, method, df=None, num=None, cat=None) -> None:
+    """A ColumnTransformer row of the table: string and number columns (``df``, ``num``,
+    ``cat``: bench_pipelines' frame by default). skl2onnx's file takes one input per column
+    (float32 numbers, strings); the export, with string_inputs=True, ``X`` (the numbers,
+    double) and one string input per string column. The feeds are made before timing, so
+    only ``run`` is timed on both sides."""
     import bench_pipelines as bp
     import onnxruntime as ort
     from skl2onnx import to_onnx
@@ -218,20 +222,21 @@ def bench_frame(args, name, model, method) -> None:
     import peregrine
     from peregrine.export import export_onnx
 
-    df = bp._frame(args.rows, 1)
+    if df is None:
+        df, num, cat = bp._frame(args.rows, 1), bp.NUM, bp.CAT
     want = getattr(model, method)(df)
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
-    types = [(c, FloatTensorType([None, 1])) for c in bp.NUM]
-    types += [(c, StringTensorType([None, 1])) for c in bp.CAT]
+    types = [(c, FloatTensorType([None, 1])) for c in num]
+    types += [(c, StringTensorType([None, 1])) for c in cat]
     onx = to_onnx(model, initial_types=types, options={"zipmap": False})
     peer_sess = ort.InferenceSession(onx.SerializeToString(), so,
                                      providers=["CPUExecutionProvider"])
     peer_out = peer_sess.get_outputs()[-1].name
     strings = {c: np.asarray([v if isinstance(v, str) else "" for v in df[c]],
-                             dtype=object).reshape(-1, 1) for c in bp.CAT}
-    peer_feed = Feed({c: df[c].to_numpy(np.float32).reshape(-1, 1) for c in bp.NUM} | strings)
+                             dtype=object).reshape(-1, 1) for c in cat}
+    peer_feed = Feed({c: df[c].to_numpy(np.float32).reshape(-1, 1) for c in num} | strings)
     compiled = peregrine.compile(model, backend="reference")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "m.onnx")
@@ -241,7 +246,7 @@ def bench_frame(args, name, model, method) -> None:
         took = time.perf_counter() - t
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     out = report.methods[method]
-    our_feed = Feed({"X": df[bp.NUM].to_numpy(np.dtype(report.inputs["X"][0]))} | strings)
+    our_feed = Feed({"X": df[num].to_numpy(np.dtype(report.inputs["X"][0]))} | strings)
     systems = {"export": lambda F: sess.run([out], F)[0],
                "peer": lambda F: peer_sess.run([peer_out], F)[0]}
     res = compare(systems, {"export": our_feed, "peer": peer_feed}, args.repeat,
@@ -249,6 +254,17 @@ def bench_frame(args, name, model, method) -> None:
     print(row(f"{name} `{method}` (string inputs)", res, "export", "peer",
               max_diff(systems["export"](our_feed), want),
               max_diff(systems["peer"](peer_feed), want), took), flush=True)
+
+
+def bench_one_hot(args) -> None:
+    """bench_pipelines.py's ``--one-hot`` case (20 string columns x 50 categories + 20
+    numbers -> LogisticRegression) at ``--rows`` rows, string inputs on both sides."""
+    import bench_pipelines as bp
+
+    model, df, cat, num = bp.one_hot_model(args.rows)
+    print(f"\n### One-hot columns into a linear model\n\n{HEADER}")
+    bench_frame(args, "CT(OneHotEncoder 20 x 50 + StandardScaler 20) -> LogisticRegression",
+                model, "predict_proba", df, num, cat)
 
 
 def _lr_form(w: np.ndarray, b: float, form: str, float32: bool = False):
@@ -481,7 +497,8 @@ def main(argv=None) -> None:
           f"load average at start {load:.1f}")
     for section in args.sections.split(","):
         {"trees": bench_trees, "pipelines": bench_pipelines, "rf-forms": bench_rf_forms,
-         "lr-forms": bench_lr_forms, "linear": bench_linear}[section](args)
+         "lr-forms": bench_lr_forms, "linear": bench_linear,
+         "one-hot": bench_one_hot}[section](args)
     print(f"\nload average at end {os.getloadavg()[0]:.1f}")
 
 

@@ -353,6 +353,30 @@ def bench_text_columns(n_docs: int, repeats: int) -> str:
         f"{load0:.1f} -> {load1:.1f}"])
 
 
+def one_hot_model(n_rows: int):
+    """(pipeline, DataFrame of n_rows rows, its string columns, its number columns):
+    ColumnTransformer([OneHotEncoder on 20 string columns of 50 categories, StandardScaler
+    on 20 numbers]) -> LogisticRegression, fitted on the first 20,000 rows."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    rng = np.random.default_rng(3)
+    cats, nums = [f"c{i}" for i in range(20)], [f"x{i}" for i in range(20)]
+    values = np.array([f"v{k}" for k in range(50)], dtype=object)
+    df = pd.DataFrame({**{c: values[rng.integers(0, 50, n_rows)] for c in cats},
+                       **{c: rng.normal(size=n_rows) for c in nums}})
+    y = rng.integers(0, 2, n_rows)
+    ct = ColumnTransformer([("oh", OneHotEncoder(handle_unknown="ignore"), cats),
+                            ("sc", StandardScaler(), nums)])
+    fit = min(n_rows, 20000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # lbfgs stopping at max_iter: the model is a fixture
+        pipe = make_pipeline(ct, LogisticRegression(max_iter=50)).fit(df[:fit], y[:fit])
+    return pipe, df, cats, nums
+
+
 def bench_one_hot(n_rows: int, repeats: int) -> str:
     """ColumnTransformer([OneHotEncoder on 20 string columns of 50 categories, StandardScaler
     on 20 numbers]) -> LogisticRegression, predict_proba on a DataFrame of n_rows rows:
@@ -363,24 +387,10 @@ def bench_one_hot(n_rows: int, repeats: int) -> str:
     import onnxruntime as ort
     from skl2onnx import to_onnx
     from skl2onnx.common.data_types import FloatTensorType, StringTensorType
-    from sklearn.compose import ColumnTransformer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
     import peregrine
 
-    rng = np.random.default_rng(3)
-    cats, nums = [f"c{i}" for i in range(20)], [f"x{i}" for i in range(20)]
-    values = np.array([f"v{k}" for k in range(50)], dtype=object)
-    df = pd.DataFrame({**{c: values[rng.integers(0, 50, n_rows)] for c in cats},
-                       **{c: rng.normal(size=n_rows) for c in nums}})
-    y = rng.integers(0, 2, n_rows)
-    ct = ColumnTransformer([("oh", OneHotEncoder(handle_unknown="ignore"), cats),
-                            ("sc", StandardScaler(), nums)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # lbfgs stopping at max_iter: the model is a fixture
-        pipe = make_pipeline(ct, LogisticRegression(max_iter=50)).fit(df[:20000], y[:20000])
+    pipe, df, cats, nums = one_hot_model(n_rows)
     t_sk, want = _time(pipe.predict_proba, df, repeats)
     res, fns = {}, {"sklearn": pipe.predict_proba}
     for name, backend, opts in (("native", "native", None), ("torch", "torch", None),
