@@ -71,14 +71,33 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("backend", ["native", "torch"])
+def _compile(model, backend: str):
+    """``torch-ops``: the torch backend's op-by-op program (fused_kernels=False), which
+    TorchScript and CUDA run too."""
+    if backend == "torch-ops":
+        return peregrine.compile(model, backend="torch",
+                                 options=peregrine.CompileOptions(fused_kernels=False))
+    return peregrine.compile(model, backend=backend)
+
+
+def _torch_picks_rows(compiled) -> bool:
+    """The torch program holds ops_onehot.OneHotLinear (plain or TorchScript'ed) and no ONE_HOT
+    module (the indicators are not made)."""
+    prog = compiled._exec._program(tuple(compiled.spec.graph.outputs)[:1])
+    names = {getattr(m, "original_name", type(m).__name__) for m in prog.modules()}
+    return "OneHotLinear" in names and "OneHot" not in names
+
+
+@pytest.mark.parametrize("backend", ["native", "torch", "torch-ops", "torchscript"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_one_hot_linear_equals_sklearn_sparse_product(case, backend):
     model = CASES[case]()
     assert sparse.issparse(model[0].transform(_frame(5, RNG)))  # scikit-learn's csr_matvec
-    fast = peregrine.compile(model, backend=backend)
+    fast = _compile(model, backend)
     if backend == "native":
         assert _one_hot_linear_fused(fast)
+    if backend in ("torch-ops", "torchscript"):
+        assert _torch_picks_rows(fast)
     for n, unseen in ((1, False), (7, True), (5003, True)):
         X = _frame(n, np.random.default_rng(n), unseen)
         if hasattr(model, "decision_function"):
@@ -121,11 +140,13 @@ def test_numeric_categories_float32_and_nan():
                           LogisticRegression(max_iter=300)).fit(train, np.arange(3000) % 3)
     X = rng.integers(0, 80, size=(4000, 3)).astype(np.float32)
     X[rng.random(X.shape) < 0.05] = np.nan
-    fast = peregrine.compile(model, backend="native")
-    assert _one_hot_linear_fused(fast)
-    for data in (X, X.astype(np.float64), X[:1]):
-        np.testing.assert_array_equal(fast.decision_function(data), model.decision_function(data))
-        np.testing.assert_array_equal(fast.predict(data), model.predict(data))
+    for backend in ("native", "torch-ops", "torchscript"):
+        fast = _compile(model, backend)
+        assert _one_hot_linear_fused(fast) if backend == "native" else _torch_picks_rows(fast)
+        for data in (X, X.astype(np.float64), X[:1]):
+            np.testing.assert_array_equal(fast.decision_function(data),
+                                          model.decision_function(data))
+            np.testing.assert_array_equal(fast.predict(data), model.predict(data))
 
 
 def test_slots_out_of_column_order_are_not_absorbed():

@@ -38,7 +38,6 @@ from peregrine.ir import Graph, Link, Op
 from peregrine.ir.semantics.kernels import far_rows_vanish
 from peregrine.ir.semantics.pipeline import float32_params
 from peregrine.ir.semantics.row_sums import row_sum_program
-from peregrine.ir.spec import GUARD
 from peregrine.kernels import rowwise_onehot
 from peregrine.kernels.rowwise_emit import RBF_CHUNK, Emitter
 
@@ -120,7 +119,8 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool | str], x_dtype: str
     for node in order:
         f32[node.name] = node.attrs.float32_out([f32[i] for i in node.inputs])
     # a LINEAR reading one-hot indicators picks its weight rows instead (rowwise_onehot.py)
-    linears, absorbed = rowwise_onehot.absorbed(order, set(wanted), _readers(graph), by_name,
+    linears, absorbed = rowwise_onehot.absorbed(order, set(wanted),
+                                                rowwise_onehot.value_readers(graph), by_name,
                                                 f32)
     try:
         for node in order:
@@ -163,16 +163,6 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool | str], x_dtype: str
 
 class _Unfusable(Exception):
     pass
-
-
-def _readers(graph: Graph) -> dict[str, int]:
-    """How many times each node is read by other nodes and by outputs other than guards (only
-    runtime/guards.py reads those, by the reference rules, on rows past the model's bound)."""
-    count = graph.readers()
-    for name, out in graph.outputs.items():
-        if name.startswith(GUARD):
-            count[out] -= 1
-    return count
 
 
 def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:

@@ -21,9 +21,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from peregrine.ir import Op
+from peregrine.ir import Graph, Op
+from peregrine.ir.spec import GUARD
 
 MAX_PARAMS = 1 << 16  # float64 parameters of one fused one-hot product (its weight rows)
+
+
+def value_readers(graph: Graph) -> dict[str, int]:
+    """How many times each node is read by other nodes and by outputs other than guards (only
+    runtime/guards.py reads those, by the reference rules, on rows past the model's bound)."""
+    count = graph.readers()
+    for name, out in graph.outputs.items():
+        if name.startswith(GUARD):
+            count[out] -= 1
+    return count
 
 
 def absorbed(steps: list, wanted: set[str], readers: dict[str, int], by_name: dict,

@@ -25,9 +25,11 @@ from torch import Tensor, nn
 from peregrine.backends.base import Backend, Executable
 from peregrine.backends.torch.lowp import low_dtype, lower_low, plan
 from peregrine.backends.torch.ops import LOWERINGS, Lowered, lower_node
+from peregrine.backends.torch.ops_onehot import OneHotLinear
 from peregrine.errors import UnsupportedModelError
 from peregrine.ir import Graph, Op
 from peregrine.ir.spec import ModelSpec
+from peregrine.kernels import rowwise_onehot
 from peregrine.options import CompileOptions
 
 
@@ -258,8 +260,23 @@ class TorchExecutable(Executable):
         index: dict[str, int] = {n.name: 0 for n in graph.nodes if n.op is Op.INPUT}
         steps: list[nn.Module] = []
         srcs: list[list[int]] = []
-        for node in graph.steps(wanted):
+        order = graph.steps(wanted)
+        # a LINEAR reading one-hot indicators picks its weight rows instead (ops_onehot.py)
+        linears, absorbed = rowwise_onehot.absorbed(
+            [n for n in order if n.name not in self._low], set(wanted),
+            rowwise_onehot.value_readers(graph), graph.by_name, {})
+        for node in order:
+            if node.name in absorbed:
+                continue
             index[node.name] = len(steps) + 1
+            if node.name in linears:
+                parts = linears[node.name]
+                src = graph.node(node.inputs[0])
+                steps.append(OneHotLinear(node, parts, src.op is Op.CONCAT
+                                          and bool(src.attrs.float32)))
+                srcs.append([index[p.inputs[0] if p.op is Op.ONE_HOT else p.name]
+                             for p in parts])
+                continue
             steps.append(self._lowered[node.name].module)
             srcs.append([index[i] for i in node.inputs])
         # outputs the runtime casts to the input's dtype (see GraphProgram.narrow)
