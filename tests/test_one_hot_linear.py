@@ -22,6 +22,7 @@ from sklearn.preprocessing import OneHotEncoder, StandardScaler
 import peregrine
 from peregrine.ir import Op
 from peregrine.kernels import rowwise_onehot
+from tests.compile_helpers import compile_or_skip
 
 RNG = np.random.default_rng(11)
 pytestmark = pytest.mark.filterwarnings("ignore:Found unknown categories")
@@ -77,7 +78,7 @@ def _compile(model, backend: str):
     if backend == "torch-ops":
         return peregrine.compile(model, backend="torch",
                                  options=peregrine.CompileOptions(fused_kernels=False))
-    return peregrine.compile(model, backend=backend)
+    return compile_or_skip(model, backend)
 
 
 def _torch_picks_rows(compiled) -> bool:
@@ -88,8 +89,24 @@ def _torch_picks_rows(compiled) -> bool:
     return "OneHotLinear" in names and "OneHot" not in names
 
 
-@pytest.mark.parametrize("backend", ["native", "torch", "torch-ops", "torchscript"])
-@pytest.mark.parametrize("case", sorted(CASES))
+def _tvm_picks_rows(compiled) -> bool:
+    """The TVM program took the one-hot product (backends/tvm/onehot.py), not ONE_HOT's
+    NumPy fallback."""
+    from peregrine.backends.tvm import onehot
+
+    graph = compiled.spec.graph
+    order = graph.steps(list(graph.outputs.values()))
+    linears, absorbed = onehot.plan(graph, order, set(), {})
+    return bool(linears) and all(n.name in absorbed for n in order if n.op is Op.ONE_HOT)
+
+
+# TVM builds take seconds: two cases there (all of them on every other backend)
+PAIRS = [(case, backend) for case in sorted(CASES)
+         for backend in ("native", "torch", "torch-ops", "torchscript", "tvm")
+         if backend != "tvm" or case in ("multiclass", "infrequent")]
+
+
+@pytest.mark.parametrize("case, backend", PAIRS)
 def test_one_hot_linear_equals_sklearn_sparse_product(case, backend):
     model = CASES[case]()
     assert sparse.issparse(model[0].transform(_frame(5, RNG)))  # scikit-learn's csr_matvec
@@ -98,6 +115,8 @@ def test_one_hot_linear_equals_sklearn_sparse_product(case, backend):
         assert _one_hot_linear_fused(fast)
     if backend in ("torch-ops", "torchscript"):
         assert _torch_picks_rows(fast)
+    if backend == "tvm":
+        assert _tvm_picks_rows(fast)
     for n, unseen in ((1, False), (7, True), (5003, True)):
         X = _frame(n, np.random.default_rng(n), unseen)
         if hasattr(model, "decision_function"):
@@ -140,9 +159,10 @@ def test_numeric_categories_float32_and_nan():
                           LogisticRegression(max_iter=300)).fit(train, np.arange(3000) % 3)
     X = rng.integers(0, 80, size=(4000, 3)).astype(np.float32)
     X[rng.random(X.shape) < 0.05] = np.nan
-    for backend in ("native", "torch-ops", "torchscript"):
+    for backend in ("native", "torch-ops", "torchscript", "tvm"):
         fast = _compile(model, backend)
-        assert _one_hot_linear_fused(fast) if backend == "native" else _torch_picks_rows(fast)
+        picks = {"native": _one_hot_linear_fused, "tvm": _tvm_picks_rows}
+        assert picks.get(backend, _torch_picks_rows)(fast)
         for data in (X, X.astype(np.float64), X[:1]):
             np.testing.assert_array_equal(fast.decision_function(data),
                                           model.decision_function(data))

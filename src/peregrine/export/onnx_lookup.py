@@ -25,6 +25,7 @@ from onnx import TensorProto
 
 from peregrine.export.onnx_graph import Emitter, lowering
 from peregrine.ir.ops import Op
+from peregrine.kernels.rowwise_onehot import row_table
 
 DOUBLE = TensorProto.DOUBLE
 
@@ -188,9 +189,6 @@ def _one_hot_matches(e: Emitter, a: Any, x: str, width: int) -> str:
     return out
 
 
-MAX_TABLE = 1 << 22  # float64 entries of one product's weight-row table (32 MiB)
-
-
 def one_hot_product(e: Emitter, hot: Any, x: str, block: np.ndarray) -> str | None:
     """``ONE_HOT(x) @ block`` without the indicators (a LINEAR's rows for them, lower_linear):
     each one-hot column's value picks one row of weights, its category's slot's row (zeros
@@ -203,45 +201,18 @@ def one_hot_product(e: Emitter, hot: Any, x: str, block: np.ndarray) -> str | No
     columns set one slot; otherwise None (the indicators and a Gemm, as before). The sum of
     the picked rows is the Gemm's sum less its zero products, in ReduceSum's order: the same
     few-ulp bound (docs/export.md, "One-hot columns into a linear model")."""
-    a = hot.attrs
-    w = block.shape[1]
-    cols, lows, spans, nan_rows, tables = [], [], [], [], []
-    used: set[int] = set()
-    for j, cats, slots, unknown in zip(a.columns, a.categories, a.slots, a.unknown_slots):
-        c = np.asarray(cats, np.float64).reshape(-1)
-        s = np.asarray(slots, np.int64).reshape(-1)
-        mine = set(s[s >= 0].tolist()) | ({int(unknown)} if int(unknown) >= 0 else set())
-        if mine & used:
-            return None  # an indicator set by two columns is 1, not a sum of two rows
-        used |= mine
-        num = c[~np.isnan(c)]
-        if num.size and (not np.isfinite(num).all() or (num != np.floor(num)).any()):
-            return None
-        lo = float(num.min()) if num.size else 0.0
-        span = int(num.max() - lo) + 1 if num.size else 0
-        if span > max(64, 4 * num.size):
-            return None
-        # rows: value - lo = 0 .. span - 1, then no match (span), then a NaN category
-        rows = np.tile(block[int(unknown)] if int(unknown) >= 0 else np.zeros(w), (span + 2, 1))
-        for cat, slot in zip(c, s):
-            rows[span + 1 if np.isnan(cat) else int(cat - lo)] = block[slot] if slot >= 0 else 0
-        if not rows.any():
-            continue  # nothing this column picks moves the sum
-        cols.append(int(j))
-        lows.append(lo)
-        spans.append(span)
-        nan_rows.append(span + 1 if np.isnan(c).any() else span)  # else: no match
-        tables.append(rows)
-    if not cols or sum(t.size for t in tables) > MAX_TABLE:
+    plan = row_table(hot.attrs, block)
+    if plan is None:
         return None
-    offsets = np.cumsum([0] + [len(t) for t in tables[:-1]]).astype(np.int64)
+    cols, lows, spans, nan_rows, offsets = (plan.columns, plan.lows, plan.spans,
+                                            plan.nan_rows, plan.offsets)
+    table, w = plan.table, block.shape[1]
     axes = e.const(np.asarray([1], np.int64))
     by_column = _string_rows(e, x, cols, lows, spans, nan_rows, offsets)
     if by_column is not None:  # (m, n): the sum over columns adds whole rows
-        picked = e.op("Gather", [e.const(np.concatenate(tables)), by_column], axis=0)
+        picked = e.op("Gather", [e.const(table), by_column], axis=0)
         return e.op("ReduceSum", [picked, e.const(np.asarray([0], np.int64))], keepdims=0)
     index = _value_rows(e, _columns_of(e, x, cols), lows, spans, nan_rows, offsets)
-    table = np.concatenate(tables)
     if w == 1:  # (n, m) picked values summed into (n, 1): a 3-d middle-axis sum is slower
         picked = e.op("Gather", [e.const(table.reshape(-1)), index], axis=0)
         return e.op("ReduceSum", [picked, axes], keepdims=1)

@@ -19,6 +19,8 @@ after the previous column's, as OneHotEncoder lays them out; other layouts are n
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from peregrine.ir import Graph, Op
@@ -134,3 +136,62 @@ def one_hot_linear_step(node, parts: list, index: dict[str, int], by_name: dict,
         widths.append(int(by_name[src].width))
     step = {"op": "one_hot_linear", "blocks": blocks, "b": param(a.bias, w)}
     return step, ins, widths
+
+
+MAX_TABLE = 1 << 22  # float64 entries of one RowTable (32 MiB)
+
+
+@dataclass(frozen=True)
+class RowTable:
+    """A ONE_HOT's picked weight rows as one table indexed by value (the ONNX export's and
+    the TVM backend's form, which have no per-column comparison loop): input column
+    ``columns[k]``'s value ``v`` picks row ``offsets[k] + (v - lows[k])`` when that is a whole
+    number in ``[0, spans[k])``, row ``offsets[k] + nan_rows[k]`` for NaN, and row
+    ``offsets[k] + spans[k]`` (no match) otherwise. Columns none of whose rows moves a sum
+    are left out."""
+
+    columns: list[int]
+    lows: list[float]
+    spans: list[int]
+    nan_rows: list[int]
+    offsets: np.ndarray
+    table: np.ndarray  # (rows, w) float64
+
+
+def row_table(a, block: np.ndarray) -> RowTable | None:
+    """The RowTable of ONE_HOT attributes ``a`` for the LINEAR weight rows ``block`` of its
+    indicators; None unless each column's categories are integers in a short range (codes of
+    strings, small integer categories) and no two columns set one slot (an indicator set by
+    two columns is 1, not a sum of two rows), or when nothing is picked."""
+    w = block.shape[1]
+    cols, lows, spans, nan_rows, tables = [], [], [], [], []
+    used: set[int] = set()
+    for j, cats, slots, unknown in zip(a.columns, a.categories, a.slots, a.unknown_slots):
+        c = np.asarray(cats, np.float64).reshape(-1)
+        s = np.asarray(slots, np.int64).reshape(-1)
+        mine = set(s[s >= 0].tolist()) | ({int(unknown)} if int(unknown) >= 0 else set())
+        if mine & used:
+            return None
+        used |= mine
+        num = c[~np.isnan(c)]
+        if num.size and (not np.isfinite(num).all() or (num != np.floor(num)).any()):
+            return None
+        lo = float(num.min()) if num.size else 0.0
+        span = int(num.max() - lo) + 1 if num.size else 0
+        if span > max(64, 4 * num.size):
+            return None
+        # rows: value - lo = 0 .. span - 1, then no match (span), then a NaN category
+        rows = np.tile(block[int(unknown)] if int(unknown) >= 0 else np.zeros(w), (span + 2, 1))
+        for cat, slot in zip(c, s):
+            rows[span + 1 if np.isnan(cat) else int(cat - lo)] = block[slot] if slot >= 0 else 0
+        if not rows.any():
+            continue  # nothing this column picks moves the sum
+        cols.append(int(j))
+        lows.append(lo)
+        spans.append(span)
+        nan_rows.append(span + 1 if np.isnan(c).any() else span)  # else: no match
+        tables.append(rows)
+    if not cols or sum(t.size for t in tables) > MAX_TABLE:
+        return None
+    offsets = np.cumsum([0] + [len(t) for t in tables[:-1]]).astype(np.int64)
+    return RowTable(cols, lows, spans, nan_rows, offsets, np.concatenate(tables))

@@ -21,7 +21,7 @@ import tvm
 from tvm import relax
 
 from peregrine.backends.base import Backend, Executable
-from peregrine.backends.tvm import build
+from peregrine.backends.tvm import build, onehot
 from peregrine.backends.tvm.ops import (
     FALLBACK,
     LOWERINGS,
@@ -143,9 +143,17 @@ class TvmExecutable(Executable):
                 with bb.dataflow():
                     values: dict[str, Any] = {n.name: x for n in graph.nodes
                                               if n.op is Op.INPUT}
-                    for node in graph.steps(wanted):
-                        value = bb.emit(lower_node(ctx, node, [values[i]
-                                                               for i in node.inputs]))
+                    order = graph.steps(wanted)
+                    # a LINEAR reading one-hot indicators picks its weight rows (onehot.py)
+                    f32 = {n.name: str(probes[n.name].dtype) == "float32" for n in order}
+                    linears, absorbed = onehot.plan(graph, order, set(wanted), f32)
+                    for node in order:
+                        if node.name in absorbed:
+                            continue
+                        expr = (onehot.lower(node, linears[node.name], values)
+                                if node.name in linears else
+                                lower_node(ctx, node, [values[i] for i in node.inputs]))
+                        value = bb.emit(expr)
                         # the rule's dtype (lowerings follow it; a fallback returns it)
                         want = str(probes[node.name].dtype)
                         if dtype_of(value) != want:
