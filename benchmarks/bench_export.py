@@ -101,7 +101,7 @@ def compare(systems: dict, inputs: dict, repeat: int, calls: int) -> dict:
 
 
 def export_session(model, method: str, input_dtype, threads: int, sample,
-                   precision: str = "auto"):
+                   precision: str = "auto", ml_ops: str = "auto"):
     """Peregrine's export of ``model`` (compiled with the reference backend; the export lowers
     the IR whichever backend compiled it) as an ONNX Runtime callable for ``method``, and
     the seconds the export took (lowering, checker, validation)."""
@@ -119,7 +119,7 @@ def export_session(model, method: str, input_dtype, threads: int, sample,
         path = os.path.join(tmp, "m.onnx")
         t = time.perf_counter()
         report = export_onnx(compiled, path, methods=methods, sample=sample,
-                             input_dtype=input_dtype, precision=precision)
+                             input_dtype=input_dtype, precision=precision, ml_ops=ml_ops)
         took = time.perf_counter() - t
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     out = report.methods[methods[-1]]
@@ -158,7 +158,8 @@ def bench_trees(args) -> None:
         want = model.predict_proba(Xb)
         peer = OnnxRuntimePeer().prepare(model, Xb.shape[1], threads=args.threads)
         ours, dtype, took = export_session(model, "predict_proba", args.input_dtype,
-                                           args.threads, Xb[:2000], args.precision)
+                                           args.threads, Xb[:2000], args.precision,
+                                           args.ml_ops)
         inputs = {"export": Xb.astype(dtype), "peer": Xb}
         res = compare({"export": ours, "peer": peer}, inputs, args.repeat, args.one_row_calls)
         print(row(name, res, "export", "peer", max_diff(ours(inputs["export"]), want),
@@ -480,6 +481,9 @@ def main(argv=None) -> None:
                    "--precision float32)")
     p.add_argument("--precision", default="auto", choices=["auto", "float64", "float32"],
                    help="the export's level: auto (exact) or float32 (docs/export.md)")
+    p.add_argument("--ml-ops", default="auto", choices=["auto", "always", "never"],
+                   help="trees: the export's ml_ops (never: standard ops only, the "
+                   "traversal; docs/export.md)")
     p.add_argument("--operators", default="",
                    help="pipelines: only these rows of the table (comma-separated names, "
                    "e.g. LogisticRegression,MLPClassifier)")

@@ -195,3 +195,47 @@ def test_string_columns_as_string_inputs(tmp_path):
         if want.dtype.kind in "UO" and have.dtype == object:
             have, want = have.astype(str), want.astype(str)
         assert_same(method, have, want, f"string inputs onnx {method} -> {output}")
+
+
+# standard ops only (ml_ops="never": onnx_traversal.py): the tree cases of DEFAULT run by
+# default, every case in the slow matrix; categorical splits refuse, naming themselves
+NEVER_DEFAULT = {"sk-rf-clf-multi", "sk-hgb-clf-cat-binary", "xgb-clf-multi-softprob",
+                 "lgb-clf-binary", "hybrid-scaler-torchstep-lightgbm"}
+
+
+def _param_never(case):
+    marks = list(case.marks)
+    if case.id not in NEVER_DEFAULT:
+        marks.append(pytest.mark.slow)
+    return pytest.param(case, id=case.id, marks=marks)
+
+
+@pytest.mark.parametrize("case", [_param_never(c) for c in CASES])
+def test_exported_standard_ops_match_source(case, rows_cache, tmp_path):
+    from peregrine.ir import Op
+
+    model, _ = case.built
+    spec, X = _rows(case, rows_cache)
+    compiled = peregrine.compile(model, "reference")
+    forests = [n.attrs.forest for n in compiled.spec.graph.nodes if n.op is Op.TREE_ENSEMBLE]
+    if not forests or case.id in REFUSED:
+        pytest.skip("no tree ensemble: the default export is the same file")
+    methods = list(compiled.methods)
+    path = tmp_path / "model.onnx"
+    if any(f.has_categorical for f in forests):
+        with pytest.raises(UnsupportedModelError, match="categorical tree splits"):
+            export_onnx(compiled, path, methods=methods, ml_ops="never")
+        return
+    report = export_onnx(compiled, path, methods=methods, ml_ops="never")
+    import onnx
+
+    assert {n.domain for n in onnx.load(str(path)).graph.node} <= {""}
+    sess = session(str(path), threads=1)
+    names = [o.name for o in sess.get_outputs()]
+    got = dict(zip(names, sess.run(None, {INPUT_NAME: np.ascontiguousarray(X, np.float64)})))
+    for method, output in report.methods.items():
+        want = case.expected(method, X)
+        have = np.asarray(got[output])
+        if want.dtype.kind == "U" and have.dtype == object:
+            have = have.astype(want.dtype)
+        assert_same(method, have, want, f"{case.id} onnx ml_ops=never {method} -> {output}")

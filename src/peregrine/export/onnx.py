@@ -142,6 +142,11 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
     from peregrine.export.onnx_strings import input_names, lower_string_inputs, string_columns
 
     strings = input_names(spec, string_columns(spec)) if string_inputs else {}
+    if strings and ml_ops == "never":
+        raise UnsupportedModelError(
+            f"{spec.source}: string inputs are coded by ai.onnx.ml LabelEncoders, which "
+            "ml_ops='never' leaves out; export the codes (string_inputs=False) or allow the "
+            "ai.onnx.ml ops")
     if batch == "dynamic":
         rows: Any = "N"
     elif isinstance(batch, int) and not isinstance(batch, bool) and batch > 0:
@@ -240,6 +245,10 @@ def build_onnx(compiled: Any, *, opset: int | None = None, batch: Any = "dynamic
             e.nodes.append(helper.make_node("Cast", [x], [name], name=name, to=elem))
         outputs.append(helper.make_tensor_value_info(name, elem, shape))
 
+    ml = sorted({n.op_type for n in e.nodes if n.domain == "ai.onnx.ml"})
+    if ml and ml_ops == "never":  # a lowering without a standard-op form
+        raise UnsupportedModelError(f"{spec.source}: ml_ops='never', but the export needs "
+                                    f"ai.onnx.ml {', '.join(ml)}")
     g = helper.make_graph(e.nodes, "peregrine", inputs, outputs, e.initializers)
     opsets = [helper.make_opsetid("", opset)]
     if any(n.domain == "ai.onnx.ml" for n in e.nodes):

@@ -33,6 +33,7 @@ import numpy as np
 from onnx import TensorProto, numpy_helper
 
 from peregrine.export.onnx_graph import Emitter, lowering
+from peregrine.export.onnx_traversal import lower_traversal
 from peregrine.export.onnx_vector_trees import (
     BINARY,
     VECTOR,
@@ -141,9 +142,9 @@ def _ids(ids: np.ndarray, is_leaf: np.ndarray, n_branch: int, n_leaf: int,
 @lowering(Op.TREE_ENSEMBLE)
 def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
     forest: Forest = n.attrs.forest
-    if e.ml_ops == "never":
-        e.refuse(n, "a tree ensemble without ai.onnx.ml ops (ml_ops='never'; the standard-op "
-                    "GEMM/traversal lowering is not written yet)")
+    if e.ml_ops == "never":  # standard ops only: the traversal (onnx_traversal.py)
+        return lower_traversal(e, n, forest, ins[0], _fold_base, _zero_as_missing,
+                               float32_split_as_double)
     x = ins[0]
     if forest.has_missing_zero:
         x = _zero_as_missing(e, n, forest, x)

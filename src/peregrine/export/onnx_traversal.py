@@ -1,0 +1,114 @@
+"""A tree ensemble in standard ONNX ops only (``export_onnx(ml_ops="never")``): for runtimes
+without the ``ai.onnx.ml`` domain (TensorRT, some mobile and web runtimes). Hummingbird's
+TreeTraversal, unrolled to the deepest tree's depth:
+
+- every tree's current node, ``(rows, trees)`` int64, starts at its root; per level one
+  Gather each of the nodes' feature, threshold and children, one GatherElements of the row's
+  value of that feature, ``x <= t'`` (``Forest.thresholds_for``: the library's ``<`` or
+  ``<=`` in its own precision, as the TreeEnsemble form: a library comparing in float32 gets
+  double thresholds that decide as ``float32(x) <= t32``, ``onnx_trees.float32_split_as_double``),
+  NaN taking the node's default direction, and a Where picking the child. A leaf is its own
+  child, so rows that reached one stay there;
+- the leaves' values are gathered, ``(rows, trees)`` or ``(rows, trees, width)``, and summed
+  tree by tree per output by a CumSum (a running sum, the libraries' order; XGBoost's in
+  float32 from the base margin, folded into each output's first tree as in
+  ``onnx_trees._float32_sum``), then divided where the forest averages.
+
+LightGBM's zero-as-missing columns become NaN first (``onnx_trees._zero_as_missing``).
+Categorical splits are refused (their bitset membership is not written in standard ops)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto
+
+from peregrine.export.onnx_graph import Emitter
+from peregrine.ir.forest import Aggregation, Forest
+
+
+def lower_traversal(e: Emitter, n: Any, forest: Forest, x: str, fold_base: Any,
+                    zero_as_missing: Any, split_as_double: Any) -> str:
+    """The forest's aggregated value (double) from ``x`` (its input) in standard ops."""
+    if forest.has_categorical:
+        e.refuse(n, "categorical tree splits without ai.onnx.ml ops (ml_ops='never': their "
+                    "bitset membership has no standard-op form here; use ml_ops='auto')")
+    if e.dtypes.get(x, TensorProto.DOUBLE) != TensorProto.DOUBLE:
+        x = e.op("Cast", [x], to=TensorProto.DOUBLE)  # exact: float32 values
+    if forest.has_missing_zero:
+        x = zero_as_missing(e, n, forest, x)
+    if forest.input_dtype == np.float32:
+        thresholds = split_as_double(forest.thresholds_for(np.float32))
+    else:
+        thresholds = forest.thresholds_for(np.float64).astype(np.float64)
+    if forest.n_trees == 0:
+        zero = e.op("Mul", [e.columns(x, 0, 1), e.const(np.zeros((1, 1)))])
+        return e.op("Add", [zero, e.const(forest.base_score.reshape(1, -1))])
+    leaf_at = _walk(e, forest, x, np.asarray(thresholds, np.float64))
+    return _sum_leaves(e, forest, leaf_at, fold_base)
+
+
+def _walk(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> str:
+    """Each row's leaf in each tree, (rows, trees) int64 global node indices."""
+    leaf = forest.feature < 0
+    own = np.arange(forest.n_nodes, dtype=np.int64)
+    feature = e.const(np.where(leaf, 0, forest.feature).astype(np.int64))
+    threshold = e.const(np.where(leaf, 0.0, thresholds))
+    left = e.const(np.where(leaf, own, forest.left).astype(np.int64))
+    right = e.const(np.where(leaf, own, forest.right).astype(np.int64))
+    nan_left = forest.nan_left & ~leaf
+    go_nan = e.const(nan_left) if nan_left.any() else None
+    roots = np.asarray(forest.tree_offsets[:-1], np.int64).reshape(1, -1)
+    rows = e.op("Slice", [e.op("Shape", [x]), e.const(np.asarray([0], np.int64)),
+                          e.const(np.asarray([1], np.int64))])
+    shape = e.op("Concat", [rows, e.const(np.asarray([forest.n_trees], np.int64))], axis=0)
+    at = e.op("Expand", [e.const(roots), shape])
+    for _ in range(forest.max_depth()):
+        value = e.op("GatherElements", [x, e.op("Gather", [feature, at], axis=0)], axis=1)
+        go = e.op("LessOrEqual", [value, e.op("Gather", [threshold, at], axis=0)])
+        if go_nan is not None:  # NaN: every comparison false; the default direction
+            go = e.op("Or", [go, e.op("And", [e.op("IsNaN", [value]),
+                                              e.op("Gather", [go_nan, at], axis=0)])])
+        at = e.op("Where", [go, e.op("Gather", [left, at], axis=0),
+                            e.op("Gather", [right, at], axis=0)])
+    return at
+
+
+def _sum_leaves(e: Emitter, forest: Forest, at: str, fold_base: Any) -> str:
+    """The leaves' values summed tree by tree (CumSum: the libraries' order), per output."""
+    f32 = forest.sum_dtype == np.float32 and forest.value_width == 1 \
+        and forest.aggregation is Aggregation.SUM
+    dtype = np.float32 if f32 else np.float64
+    base_first = forest.sum_starts_at_base and np.any(forest.base_score != 0)
+    value = fold_base(forest, dtype) if base_first else forest.value.astype(dtype)
+    axis = e.const(np.asarray(1, np.int64))
+    if forest.value_width == 1:
+        leaves = e.op("Gather", [e.const(value[:, 0]), at], axis=0)  # (rows, trees)
+        parts = []
+        for g in range(forest.n_outputs):
+            trees = np.flatnonzero(forest.tree_group == g).astype(np.int64)
+            if not len(trees):  # no trees: the base score alone
+                zero = e.op("Mul", [e.columns(leaves, 0, 1), e.const(np.zeros(1, dtype))])
+                parts.append(e.op("Add", [zero, e.const(
+                    np.asarray([forest.base_score[g]], dtype))]))
+                continue
+            cols = leaves if forest.n_outputs == 1 else e.op(
+                "Gather", [leaves, e.const(trees)], axis=1)
+            running = e.op("CumSum", [cols, axis])
+            parts.append(e.columns(running, len(trees) - 1, len(trees)))
+        out = parts[0] if len(parts) == 1 else e.op("Concat", parts, axis=1)
+    else:
+        leaves = e.op("Gather", [e.const(value), at], axis=0)  # (rows, trees, width)
+        last = e.op("Slice", [e.op("CumSum", [leaves, axis]),
+                              e.const(np.asarray([forest.n_trees - 1], np.int64)),
+                              e.const(np.asarray([forest.n_trees], np.int64)),
+                              e.const(np.asarray([1], np.int64))])
+        out = e.op("Reshape", [last, e.const(np.asarray([-1, forest.value_width], np.int64))])
+    if f32:
+        out = e.op("Cast", [out], to=TensorProto.DOUBLE)
+    if forest.aggregation is Aggregation.AVERAGE:
+        out = e.op("Div", [out, e.const(forest.output_divisor().reshape(1, -1))])
+    if not base_first and np.any(forest.base_score != 0):
+        out = e.op("Add", [out, e.const(forest.base_score.reshape(1, -1))])
+    return out
