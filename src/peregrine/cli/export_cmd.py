@@ -51,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction, parents: list) -> None:
                    help="the batch axis: 'dynamic' (default) or a fixed row count (onnx)")
     p.add_argument("--ml-ops", choices=("auto", "always", "never"), default="auto",
                    help="use ai.onnx.ml operators (TreeEnsemble) where they apply "
-                   "(default: auto)")
+                   "(default: auto); never: standard ops only (trees as a traversal)")
     p.add_argument("--input-dtype", choices=("float64", "float32", "auto"), default=None,
                    help="the ONNX input's dtype: float64 (default), float32, or auto (float32 "
                    "where the model reads its input only through float32-comparing trees)")

@@ -3,12 +3,13 @@ without the ``ai.onnx.ml`` domain (TensorRT, some mobile and web runtimes). Humm
 TreeTraversal, unrolled to the deepest tree's depth:
 
 - every tree's current node, ``(rows, trees)`` int64, starts at its root; per level one
-  Gather each of the nodes' feature, threshold and children, one GatherElements of the row's
-  value of that feature, ``x <= t'`` (``Forest.thresholds_for``: the library's ``<`` or
-  ``<=`` in its own precision, as the TreeEnsemble form: a library comparing in float32 gets
-  double thresholds that decide as ``float32(x) <= t32``, ``onnx_trees.float32_split_as_double``),
-  NaN taking the node's default direction, and a Where picking the child. A leaf is its own
-  child, so rows that reached one stay there;
+  Gather each of the nodes' feature and threshold, one GatherElements of the row's value of
+  that feature, ``x <= t'`` (``Forest.thresholds_for``: the library's ``<`` or ``<=`` in its
+  own precision, as the TreeEnsemble form: a library comparing in float32 gets double
+  thresholds that decide as ``float32(x) <= t32``, ``onnx_trees.float32_split_as_double``),
+  and one Gather of the child taken. NaN goes to the false branch everywhere: NaN-left nodes
+  read negated columns with their children swapped (``onnx_trees._without_missing_tracks``).
+  A leaf is its own child, so rows that reached one stay there;
 - the leaves' values are gathered, ``(rows, trees)`` or ``(rows, trees, width)``, and summed
   tree by tree per output by a CumSum (a running sum, the libraries' order; XGBoost's in
   float32 from the base margin, folded into each output's first tree as in
@@ -29,7 +30,7 @@ from peregrine.ir.forest import Aggregation, Forest
 
 
 def lower_traversal(e: Emitter, n: Any, forest: Forest, x: str, fold_base: Any,
-                    zero_as_missing: Any, split_as_double: Any) -> str:
+                    zero_as_missing: Any, split_as_double: Any, without_nan_left: Any) -> str:
     """The forest's aggregated value (double) from ``x`` (its input) in standard ops."""
     if forest.has_categorical:
         e.refuse(n, "categorical tree splits without ai.onnx.ml ops (ml_ops='never': their "
@@ -45,34 +46,37 @@ def lower_traversal(e: Emitter, n: Any, forest: Forest, x: str, fold_base: Any,
     if forest.n_trees == 0:
         zero = e.op("Mul", [e.columns(x, 0, 1), e.const(np.zeros((1, 1)))])
         return e.op("Add", [zero, e.const(forest.base_score.reshape(1, -1))])
-    leaf_at = _walk(e, forest, x, np.asarray(thresholds, np.float64))
+    forest, thresholds, x = without_nan_left(e, forest, np.asarray(thresholds, np.float64), x)
+    leaf_at = _walk(e, forest, x, thresholds)
     return _sum_leaves(e, forest, leaf_at, fold_base)
 
 
 def _walk(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> str:
-    """Each row's leaf in each tree, (rows, trees) int64 global node indices."""
+    """Each row's leaf in each tree, (rows, trees) int64 global node indices. The state is
+    twice the node index: entry ``2k`` and ``2k + 1`` of the feature and threshold tables
+    are node k's, and ``children[2k + (x > t)]`` is twice the child taken, so one Gather
+    moves every row down a level. NaN takes the false branch of every node (the forest's
+    NaN-left nodes were flipped onto negated columns: ``without_nan_left``)."""
     leaf = forest.feature < 0
     own = np.arange(forest.n_nodes, dtype=np.int64)
-    feature = e.const(np.where(leaf, 0, forest.feature).astype(np.int64))
-    threshold = e.const(np.where(leaf, 0.0, thresholds))
-    left = e.const(np.where(leaf, own, forest.left).astype(np.int64))
-    right = e.const(np.where(leaf, own, forest.right).astype(np.int64))
-    nan_left = forest.nan_left & ~leaf
-    go_nan = e.const(nan_left) if nan_left.any() else None
-    roots = np.asarray(forest.tree_offsets[:-1], np.int64).reshape(1, -1)
+    feature = np.repeat(np.where(leaf, 0, forest.feature).astype(np.int64), 2)
+    threshold = np.repeat(np.where(leaf, 0.0, thresholds), 2)
+    children = np.empty(2 * forest.n_nodes, np.int64)
+    children[0::2] = 2 * np.where(leaf, own, forest.left)  # x <= t (a leaf: itself)
+    children[1::2] = 2 * np.where(leaf, own, forest.right)  # otherwise, NaN too
+    roots = 2 * np.asarray(forest.tree_offsets[:-1], np.int64).reshape(1, -1)
     rows = e.op("Slice", [e.op("Shape", [x]), e.const(np.asarray([0], np.int64)),
                           e.const(np.asarray([1], np.int64))])
     shape = e.op("Concat", [rows, e.const(np.asarray([forest.n_trees], np.int64))], axis=0)
     at = e.op("Expand", [e.const(roots), shape])
+    feature_c, threshold_c, children_c = (e.const(feature), e.const(threshold),
+                                          e.const(children))
     for _ in range(forest.max_depth()):
-        value = e.op("GatherElements", [x, e.op("Gather", [feature, at], axis=0)], axis=1)
-        go = e.op("LessOrEqual", [value, e.op("Gather", [threshold, at], axis=0)])
-        if go_nan is not None:  # NaN: every comparison false; the default direction
-            go = e.op("Or", [go, e.op("And", [e.op("IsNaN", [value]),
-                                              e.op("Gather", [go_nan, at], axis=0)])])
-        at = e.op("Where", [go, e.op("Gather", [left, at], axis=0),
-                            e.op("Gather", [right, at], axis=0)])
-    return at
+        value = e.op("GatherElements", [x, e.op("Gather", [feature_c, at], axis=0)], axis=1)
+        left = e.op("LessOrEqual", [value, e.op("Gather", [threshold_c, at], axis=0)])
+        step = e.op("Cast", [e.op("Not", [left])], to=TensorProto.INT64)
+        at = e.op("Gather", [children_c, e.op("Add", [at, step])], axis=0)
+    return e.op("Div", [at, e.const(np.asarray(2, np.int64))])
 
 
 def _sum_leaves(e: Emitter, forest: Forest, at: str, fold_base: Any) -> str:

@@ -144,7 +144,7 @@ def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
     forest: Forest = n.attrs.forest
     if e.ml_ops == "never":  # standard ops only: the traversal (onnx_traversal.py)
         return lower_traversal(e, n, forest, ins[0], _fold_base, _zero_as_missing,
-                               float32_split_as_double)
+                               float32_split_as_double, _without_missing_tracks)
     x = ins[0]
     if forest.has_missing_zero:
         x = _zero_as_missing(e, n, forest, x)
