@@ -16,11 +16,10 @@ TreeTraversal, unrolled to the deepest tree's depth:
   ``onnx_trees._float32_sum``), then divided where the forest averages.
 
 LightGBM's zero-as-missing columns become NaN first (``onnx_trees._zero_as_missing``).
-Categorical splits are refused (their bitset membership is not written in standard ops)."""
+Categorical splits are refused (their bitset membership is not written in standard ops):
+``onnx_trees._standard_ops`` prepares the input and thresholds."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import numpy as np
 from onnx import TensorProto
@@ -29,26 +28,32 @@ from peregrine.export.onnx_graph import Emitter
 from peregrine.ir.forest import Aggregation, Forest
 
 
-def lower_traversal(e: Emitter, n: Any, forest: Forest, x: str, fold_base: Any,
-                    zero_as_missing: Any, split_as_double: Any, without_nan_left: Any) -> str:
-    """The forest's aggregated value (double) from ``x`` (its input) in standard ops."""
-    if forest.has_categorical:
-        e.refuse(n, "categorical tree splits without ai.onnx.ml ops (ml_ops='never': their "
-                    "bitset membership has no standard-op form here; use ml_ops='auto')")
-    if e.dtypes.get(x, TensorProto.DOUBLE) != TensorProto.DOUBLE:
-        x = e.op("Cast", [x], to=TensorProto.DOUBLE)  # exact: float32 values
-    if forest.has_missing_zero:
-        x = zero_as_missing(e, n, forest, x)
-    if forest.input_dtype == np.float32:
-        thresholds = split_as_double(forest.thresholds_for(np.float32))
-    else:
-        thresholds = forest.thresholds_for(np.float64).astype(np.float64)
+def lower_traversal(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> str:
+    """The forest's aggregated value (double) in standard ops, from ``x`` (double) and
+    thresholds ``x <= t'`` decides with; no node may send NaN left (``onnx_trees.
+    _standard_ops`` prepares both)."""
     if forest.n_trees == 0:
         zero = e.op("Mul", [e.columns(x, 0, 1), e.const(np.zeros((1, 1)))])
         return e.op("Add", [zero, e.const(forest.base_score.reshape(1, -1))])
-    forest, thresholds, x = without_nan_left(e, forest, np.asarray(thresholds, np.float64), x)
-    leaf_at = _walk(e, forest, x, thresholds)
-    return _sum_leaves(e, forest, leaf_at, fold_base)
+    return _sum_leaves(e, forest, _walk(e, forest, x, thresholds))
+
+
+def fold_base(forest: Forest, dtype: type = np.float64) -> np.ndarray:
+    """Leaf values with each output's base score added (in ``dtype``) to the leaves of the
+    first tree that feeds that output."""
+    value = forest.value.astype(dtype).copy()
+    tree_of = forest.tree_of_node()
+    leaf = forest.feature < 0
+    if forest.value_width == 1:
+        for g in range(forest.n_outputs):
+            trees = np.flatnonzero(forest.tree_group == g)
+            if len(trees):
+                first = leaf & (tree_of == trees[0])
+                value[first, 0] = dtype(forest.base_score[g]) + value[first, 0]
+    else:
+        first = leaf & (tree_of == 0)
+        value[first] = forest.base_score.astype(dtype)[None, :] + value[first]
+    return value
 
 
 def _walk(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> str:
@@ -79,7 +84,7 @@ def _walk(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> str:
     return e.op("Div", [at, e.const(np.asarray(2, np.int64))])
 
 
-def _sum_leaves(e: Emitter, forest: Forest, at: str, fold_base: Any) -> str:
+def _sum_leaves(e: Emitter, forest: Forest, at: str) -> str:
     """The leaves' values summed tree by tree (CumSum: the libraries' order), per output."""
     f32 = forest.sum_dtype == np.float32 and forest.value_width == 1 \
         and forest.aggregation is Aggregation.SUM

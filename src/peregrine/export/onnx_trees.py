@@ -33,7 +33,7 @@ import numpy as np
 from onnx import TensorProto, numpy_helper
 
 from peregrine.export.onnx_graph import Emitter, lowering
-from peregrine.export.onnx_traversal import lower_traversal
+from peregrine.export.onnx_traversal import fold_base, lower_traversal
 from peregrine.export.onnx_vector_trees import (
     BINARY,
     VECTOR,
@@ -143,8 +143,7 @@ def _ids(ids: np.ndarray, is_leaf: np.ndarray, n_branch: int, n_leaf: int,
 def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
     forest: Forest = n.attrs.forest
     if e.ml_ops == "never":  # standard ops only: the traversal (onnx_traversal.py)
-        return lower_traversal(e, n, forest, ins[0], _fold_base, _zero_as_missing,
-                               float32_split_as_double, _without_missing_tracks)
+        return _standard_ops(e, n, forest, ins[0])
     x = ins[0]
     if forest.has_missing_zero:
         x = _zero_as_missing(e, n, forest, x)
@@ -180,7 +179,7 @@ def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
         # baseline): base + leaf of each group's first tree is exactly its first step, and
         # ONNX Runtime then adds the trees in order (measured: bit-equal to scikit-learn's
         # GradientBoostingRegressor and LightGBM on 20,000 rows)
-        values, base_left = _fold_base(forest), np.zeros_like(base_left)
+        values, base_left = fold_base(forest), np.zeros_like(base_left)
     thresholds = thresholds.astype(np.float64)
     if not forest.has_categorical:
         forest, thresholds, x = _without_missing_tracks(e, forest, thresholds, x)
@@ -199,6 +198,26 @@ def lower_tree_ensemble(e: Emitter, n: Any, ins: list[str]) -> str:
     if np.any(base_left != 0):
         out = e.op("Add", [out, e.const(base_left.reshape(1, -1))])
     return out
+
+
+def _standard_ops(e: Emitter, n: Any, forest: Forest, x: str) -> str:
+    """``ml_ops="never"``: the traversal (onnx_traversal.py) on a double input, thresholds
+    deciding as the library's comparison in its precision, LightGBM's zero-as-missing
+    columns as NaN and NaN-left nodes flipped onto negated columns (NaN then goes right
+    everywhere); categorical splits are refused."""
+    if forest.has_categorical:
+        e.refuse(n, "categorical tree splits without ai.onnx.ml ops (ml_ops='never': their "
+                    "bitset membership has no standard-op form here; use ml_ops='auto')")
+    if e.dtypes.get(x, TensorProto.DOUBLE) != TensorProto.DOUBLE:
+        x = e.op("Cast", [x], to=TensorProto.DOUBLE)  # exact: float32 values
+    if forest.has_missing_zero:
+        x = _zero_as_missing(e, n, forest, x)
+    if forest.input_dtype == np.float32:
+        thresholds = float32_split_as_double(forest.thresholds_for(np.float32))
+    else:
+        thresholds = forest.thresholds_for(np.float64).astype(np.float64)
+    forest, thresholds, x = _without_missing_tracks(e, forest, thresholds, x)
+    return lower_traversal(e, forest, x, thresholds)
 
 
 def float32_split_as_double(t32: np.ndarray) -> np.ndarray:
@@ -276,24 +295,6 @@ def lower_binary(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> 
     return e.op("Concat", [e.op("Sub", [e.const(np.asarray(1.0)), p]), p], axis=1)
 
 
-def _fold_base(forest: Forest, dtype: type = np.float64) -> np.ndarray:
-    """Leaf values with each output's base score added (in ``dtype``) to the leaves of the
-    first tree that feeds that output."""
-    value = forest.value.astype(dtype).copy()
-    tree_of = forest.tree_of_node()
-    leaf = forest.feature < 0
-    if forest.value_width == 1:
-        for g in range(forest.n_outputs):
-            trees = np.flatnonzero(forest.tree_group == g)
-            if len(trees):
-                first = leaf & (tree_of == trees[0])
-                value[first, 0] = dtype(forest.base_score[g]) + value[first, 0]
-    else:
-        first = leaf & (tree_of == 0)
-        value[first] = forest.base_score.astype(dtype)[None, :] + value[first]
-    return value
-
-
 def _float32_sum(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> str:
     """XGBoost's own sum, bit for bit: float32, from the base margin, tree by tree
     (``Forest.sum_dtype``). A float32 TreeEnsemble (the input rounded to float32 as XGBoost
@@ -302,7 +303,7 @@ def _float32_sum(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> 
     (ONNX Runtime's CumSum is a running sum) and its last column is the library's total. The
     base margin is folded into each group's first tree: ``float32(base + leaf)`` is exactly
     the running sum's first step. Costs a (rows, trees) float32 intermediate."""
-    value = _fold_base(forest, np.float32)
+    value = fold_base(forest, np.float32)
     x32 = x if e.dtypes.get(x) == TensorProto.FLOAT else e.op("Cast", [x], to=TensorProto.FLOAT)
     leaves = e.op("TreeEnsemble", [x32], domain="ai.onnx.ml",
                   **tree_ensemble_attrs(forest, thresholds.astype(np.float32), per_tree=True,
@@ -345,7 +346,7 @@ def _float32_direct(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray,
     order (one thread, or batches it splits by rows); where it splits one row's trees over
     threads (few rows, more than 80 trees, several intra-op threads) the partial sums are
     added in another order (float32 reassociation)."""
-    value = _fold_base(forest, np.float32)
+    value = fold_base(forest, np.float32)
     if negate:
         # -v for the float32 sigmoid's exp(-v) (a Neg node less): float32 rounding is
         # symmetric in sign, so every partial sum is the exact negation of the original's
