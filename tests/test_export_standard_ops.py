@@ -1,8 +1,8 @@
 """ONNX export in standard ops only (``export_onnx(ml_ops="never")``, ``--ml-ops never``):
 tree ensembles as the traversal of ``export/onnx_traversal.py`` (no ``ai.onnx.ml`` node in
 the file), against the libraries' own predict on rows with NaN, +-inf and values on the
-thresholds, batch and one row; LightGBM's zero-as-missing splits; what cannot be written in
-standard ops refuses by name (categorical splits, string inputs). The conformance suite runs
+thresholds, batch and one row; LightGBM's zero-as-missing splits; categorical splits; what
+cannot be written in standard ops refuses by name (string inputs). The conformance suite runs
 every tree case through such a file (tests/conformance/test_exported_onnx.py)."""
 
 from __future__ import annotations
@@ -96,19 +96,39 @@ def test_scikit_learn_forests_average(tmp_path):
     _check(reg, np.nan_to_num(T), tmp_path / "et.onnx", classes=False)
 
 
+@pytest.mark.parametrize("library", ["sklearn", "lightgbm"])
+def test_categorical_splits(tmp_path, library):
+    """Membership splits: codes truncated from fractions, negative (before truncation, as the
+    libraries), at and past the bitset, +-inf and NaN (the default direction), -0.0."""
+    X, y = _data(seed=3, k=2)
+    X[:, 1] = np.abs(np.round(X[:, 1] * 3)) % 12
+    X[::13, 1] = np.nan
+    y = (np.isin(X[:, 1], [1, 3, 7]) ^ (X[:, 0] > 0.3)).astype(int)  # split on as categories
+    if library == "lightgbm":
+        lgb = pytest.importorskip("lightgbm")
+        model = lgb.LGBMClassifier(n_estimators=15, verbose=-1).fit(
+            X, y, categorical_feature=[1])
+    else:
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        model = HistGradientBoostingClassifier(max_iter=15, categorical_features=[1]).fit(X, y)
+    T = X[:500].copy()
+    odd = np.array([-0.5, -1.0, 2.7, 11.9, 12.0, 40.0, np.nan, 3.0, 1e10, 7.0000001, -0.0])
+    if library == "lightgbm":
+        odd = np.concatenate([odd, [np.inf, -np.inf]])  # scikit-learn refuses infinity
+    T[:len(odd) * 10:10, 1] = odd
+    forests = [n.attrs.forest for n in peregrine.compile(model).spec.graph.nodes
+               if n.op.name == "TREE_ENSEMBLE"]
+    assert any(f.has_categorical for f in forests)
+    _check(model, T, tmp_path / "c.onnx")
+
+
 def test_what_standard_ops_cannot_write_refuses(tmp_path):
     from sklearn.compose import ColumnTransformer
-    from sklearn.ensemble import HistGradientBoostingClassifier
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import OneHotEncoder
 
-    X, y = _data(seed=3, k=2)
-    X[:, 1] = np.abs(np.round(X[:, 1] * 2)) % 5
-    y = np.isin(X[:, 1], [1, 3]).astype(int)  # split on as a category
-    hgb = HistGradientBoostingClassifier(max_iter=10, categorical_features=[1]).fit(X, y)
-    with pytest.raises(UnsupportedModelError, match="categorical tree splits"):
-        export_onnx(peregrine.compile(hgb), tmp_path / "h.onnx", ml_ops="never")
     df = pd.DataFrame({"c": np.array(["a", "b", "c"] * 100, dtype=object),
                        "x": np.arange(300.0)})
     pipe = make_pipeline(ColumnTransformer([("oh", OneHotEncoder(), ["c"])],

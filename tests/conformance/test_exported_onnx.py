@@ -198,7 +198,7 @@ def test_string_columns_as_string_inputs(tmp_path):
 
 
 # standard ops only (ml_ops="never": onnx_traversal.py): the tree cases of DEFAULT run by
-# default, every case in the slow matrix; categorical splits refuse, naming themselves
+# default (categorical splits among them), every case in the slow matrix
 NEVER_DEFAULT = {"sk-rf-clf-multi", "sk-hgb-clf-cat-binary", "xgb-clf-multi-softprob",
                  "lgb-clf-binary", "hybrid-scaler-torchstep-lightgbm"}
 
@@ -222,10 +222,6 @@ def test_exported_standard_ops_match_source(case, rows_cache, tmp_path):
         pytest.skip("no tree ensemble: the default export is the same file")
     methods = list(compiled.methods)
     path = tmp_path / "model.onnx"
-    if any(f.has_categorical for f in forests):
-        with pytest.raises(UnsupportedModelError, match="categorical tree splits"):
-            export_onnx(compiled, path, methods=methods, ml_ops="never")
-        return
     report = export_onnx(compiled, path, methods=methods, ml_ops="never")
     import onnx
 

@@ -61,7 +61,8 @@ def _walk(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> str:
     twice the node index: entry ``2k`` and ``2k + 1`` of the feature and threshold tables
     are node k's, and ``children[2k + (x > t)]`` is twice the child taken, so one Gather
     moves every row down a level. NaN takes the false branch of every node (the forest's
-    NaN-left nodes were flipped onto negated columns: ``without_nan_left``)."""
+    NaN-left nodes were flipped onto negated columns), except in a forest with membership
+    splits, which decides NaN and those splits explicitly (``_Categories``)."""
     leaf = forest.feature < 0
     own = np.arange(forest.n_nodes, dtype=np.int64)
     feature = np.repeat(np.where(leaf, 0, forest.feature).astype(np.int64), 2)
@@ -76,12 +77,69 @@ def _walk(e: Emitter, forest: Forest, x: str, thresholds: np.ndarray) -> str:
     at = e.op("Expand", [e.const(roots), shape])
     feature_c, threshold_c, children_c = (e.const(feature), e.const(threshold),
                                           e.const(children))
+    cats = _Categories(e, forest) if forest.has_categorical else None
     for _ in range(forest.max_depth()):
         value = e.op("GatherElements", [x, e.op("Gather", [feature_c, at], axis=0)], axis=1)
         left = e.op("LessOrEqual", [value, e.op("Gather", [threshold_c, at], axis=0)])
+        if cats is not None:
+            left = cats.decide(e, at, value, left)
         step = e.op("Cast", [e.op("Not", [left])], to=TensorProto.INT64)
         at = e.op("Gather", [children_c, e.op("Add", [at, step])], axis=0)
     return e.op("Div", [at, e.const(np.asarray(2, np.int64))])
+
+
+class _Categories:
+    """Membership splits (``ir/semantics/trees.decide_left``), for a forest whose NaN-left
+    nodes could not be flipped (membership has no negated form): NaN takes the node's
+    default direction; at a categorical node the value, rounded to float32 first where the
+    library compares in float32, truncated, is a code, invalid when negative (before or after
+    truncation, as the library), at or past the bitset's bits, or infinite; a valid code's
+    bit in the node's bitset says left, an invalid one the node's unknown direction. Tables
+    are indexed by twice the node, as the walk's."""
+
+    def __init__(self, e: Emitter, forest: Forest) -> None:
+        bits = forest.n_cat_bits
+        rows = forest.cat_bitsets.shape[0]
+        member = np.zeros((rows, bits + 1), bool)  # code -> left; column ``bits``: invalid
+        for r in range(rows):
+            words = forest.cat_bitsets[r].astype(np.uint64)
+            shift = (np.arange(bits) % 32).astype(np.uint64)
+            member[r, :bits] = ((words[np.arange(bits) // 32] >> shift) & np.uint64(1)
+                                ).astype(bool)
+            member[r, bits] = bool(forest.cat_unknown_left[r])
+        cat = np.where(forest.feature >= 0, forest.cat_index, -1)
+        self.bits = bits
+        self.float32 = forest.input_dtype == np.float32
+        self.negative_first = bool(forest.cat_negative_before_trunc)
+        self.member = e.const(member.reshape(-1))
+        self.is_cat = e.const(np.repeat(cat >= 0, 2))
+        self.row = e.const(np.repeat(np.maximum(cat, 0).astype(np.int64) * (bits + 1), 2))
+        self.nan_left = e.const(np.repeat(forest.nan_left & (forest.feature >= 0), 2))
+
+    def decide(self, e: Emitter, at: str, value: str, left: str) -> str:
+        v = value
+        if self.float32:  # the library truncates float32(x)
+            v = e.op("Cast", [e.op("Cast", [v], to=TensorProto.FLOAT)], to=TensorProto.DOUBLE)
+        zero = e.const(np.asarray(0.0))
+        negative = e.op("Less", [v, zero])
+        trunc = e.op("Where", [negative, e.op("Ceil", [v]), e.op("Floor", [v])])
+        if not self.negative_first:
+            negative = e.op("Less", [trunc, zero])
+        bits = e.const(np.asarray(float(self.bits)))
+        # NaN and +inf fail ``trunc < bits``: invalid (NaN is decided below anyway)
+        invalid = e.op("Or", [negative, e.op("Not", [e.op("Less", [trunc, bits])])])
+        code = e.op("Cast", [e.op("Where", [invalid, bits, trunc])], to=TensorProto.INT64)
+        index = e.op("Add", [e.op("Gather", [self.row, at], axis=0), code])
+        member = e.op("Gather", [self.member, index], axis=0)
+        # (ONNX Runtime has no Where on bool: the choices as And / Or)
+        left = _pick(e, e.op("Gather", [self.is_cat, at], axis=0), member, left)
+        return _pick(e, e.op("IsNaN", [value]), e.op("Gather", [self.nan_left, at], axis=0),
+                     left)
+
+
+def _pick(e: Emitter, cond: str, a: str, b: str) -> str:
+    """``cond ? a : b`` on bools."""
+    return e.op("Or", [e.op("And", [cond, a]), e.op("And", [e.op("Not", [cond]), b])])
 
 
 def _sum_leaves(e: Emitter, forest: Forest, at: str) -> str:

@@ -204,10 +204,7 @@ def _standard_ops(e: Emitter, n: Any, forest: Forest, x: str) -> str:
     """``ml_ops="never"``: the traversal (onnx_traversal.py) on a double input, thresholds
     deciding as the library's comparison in its precision, LightGBM's zero-as-missing
     columns as NaN and NaN-left nodes flipped onto negated columns (NaN then goes right
-    everywhere); categorical splits are refused."""
-    if forest.has_categorical:
-        e.refuse(n, "categorical tree splits without ai.onnx.ml ops (ml_ops='never': their "
-                    "bitset membership has no standard-op form here; use ml_ops='auto')")
+    everywhere; not for a forest with membership splits, which decides NaN per node)."""
     if e.dtypes.get(x, TensorProto.DOUBLE) != TensorProto.DOUBLE:
         x = e.op("Cast", [x], to=TensorProto.DOUBLE)  # exact: float32 values
     if forest.has_missing_zero:
