@@ -15,8 +15,8 @@ TreeTraversal, unrolled to the deepest tree's depth:
   float32 from the base margin, folded into each output's first tree as in
   ``onnx_trees._float32_sum``), then divided where the forest averages.
 
-LightGBM's zero-as-missing columns become NaN first (``onnx_trees._zero_as_missing``).
-Categorical splits are refused (their bitset membership is not written in standard ops):
+LightGBM's zero-as-missing columns become NaN first (``onnx_trees._zero_as_missing``);
+categorical (membership) splits are decided from a per-node table of codes (``_Categories``).
 ``onnx_trees._standard_ops`` prepares the input and thresholds."""
 
 from __future__ import annotations
