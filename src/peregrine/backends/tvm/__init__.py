@@ -1,9 +1,11 @@
-"""TVM backend: the IR lowered op by op to a Relax program (``ops.py``), tree ensembles as
+"""TVM backend: the IR lowered op by op to a Relax program (``ops.py``, column featurizers in ``ops_columns.py``), tree ensembles as
 compiled TIR walks (``trees.py``), built for the host CPU and cached on disk by the program's
 hash (``build.py``); ``module.py`` holds the Executable. Importing this package imports tvm
 (the ``peregrine-ml[tvm]`` extra); the registry reports the backend missing without it."""
 
+# each ops_* module registers its lowerings in the table (before anything reads it)
+from peregrine.backends.tvm import ops_columns  # noqa: F401
 from peregrine.backends.tvm.module import TvmBackend, TvmExecutable
-from peregrine.backends.tvm.ops import FALLBACK, LOWERINGS
+from peregrine.backends.tvm.ops import LOWERINGS, fallback_ops
 
-__all__ = ["FALLBACK", "LOWERINGS", "TvmBackend", "TvmExecutable"]
+__all__ = ["LOWERINGS", "TvmBackend", "TvmExecutable", "fallback_ops"]

@@ -2,7 +2,7 @@
 function per requested set of outputs and input dtype, built by TVM for the host CPU
 (``build.py``), and the Executable the runtime calls.
 
-Fallbacks. An op without a lowering (``ops.FALLBACK``) runs its NumPy rule: the Relax program
+Fallbacks. An op without a lowering (``ops.fallback_ops()``) runs its NumPy rule: the Relax program
 calls a packed function registered from this process (``peregrine.tvm.<program>.<node>.<dtype>``)
 that evaluates the rule on its inputs and writes the output. The cached library names those
 functions but holds no Python: each executable registers them again from the IR it was given.
@@ -23,11 +23,11 @@ from tvm import relax
 from peregrine.backends.base import Backend, Executable
 from peregrine.backends.tvm import build, onehot
 from peregrine.backends.tvm.ops import (
-    FALLBACK,
     LOWERINGS,
     Context,
     cast,
     dtype_of,
+    fallback_ops,
     lower_node,
     rule_only,
 )
@@ -105,8 +105,9 @@ class TvmExecutable(Executable):
         return f"peregrine.tvm.{self.key}.{node_name}.{dtype}"
 
     def _fallback_nodes(self) -> list:
-        # plus XGBoost's float32 links: their bits are libm's expf, which the rule calls
-        return [n for n in self.spec.graph.nodes if n.op in FALLBACK or rule_only(n)]
+        # plus the nodes of lowered ops that run their rule (ops.rule_only)
+        fallback = fallback_ops()
+        return [n for n in self.spec.graph.nodes if n.op in fallback or rule_only(n)]
 
     def _register_fallbacks(self) -> None:
         options = self.options
@@ -241,7 +242,7 @@ class TvmBackend(Backend):
 
     @classmethod
     def fallback(cls) -> frozenset[Op]:
-        return FALLBACK
+        return fallback_ops()
 
     @classmethod
     def compile(cls, spec: ModelSpec, options: CompileOptions, device: str) -> Executable:

@@ -1,5 +1,6 @@
 """A linear model reading one-hot indicators, lowered without them (the TVM form of the native
-row kernel's step, ``kernels/rowwise_onehot.py``; ONE_HOT alone is a NumPy fallback here).
+row kernel's step, ``kernels/rowwise_onehot.py``; ONE_HOT alone makes the indicators by
+comparisons, ``ops_columns.py``).
 
 ``LINEAR(ONE_HOT(x))`` or ``LINEAR(CONCAT(one-hot and dense blocks))``: each one-hot column's
 value indexes a table of weight rows (``rowwise_onehot.RowTable``: integer categories in a

@@ -1,7 +1,8 @@
 """One Relax lowering per IR op, in a table keyed by Op (mirrors the op rules in
 ``ir/semantics``, operation for operation and dtype for dtype, as the torch lowerings do), and
 the declared fallbacks: an op without a lowering here runs its NumPy rule, called from the
-compiled program as a packed function (``FALLBACK``; listed in docs/tvm.md).
+compiled program as a packed function (``fallback_ops()``; listed in docs/tvm.md). The column
+featurizers' lowerings are in ``ops_columns.py``, which the package imports.
 
 A lowering takes the build context, the node and its input values (Relax expressions, each with
 its dtype in its struct info) and returns the node's value. Casts are explicit: NumPy promotes
@@ -168,10 +169,18 @@ if set(LINKS) != set(Link):
     raise RuntimeError(f"LINK kinds without a tvm lowering: {set(Link) - set(LINKS)}")
 
 
+# UFUNC names run by their rule even on this backend: no Relax op (log1p, expm1, log2, log10,
+# exp2, cbrt), or a Relax op that is a fast approximation (tanh: 1.0 relative off at 1e-300)
+RULE_UFUNCS = frozenset({"log1p", "expm1", "tanh", "log2", "log10", "exp2", "cbrt"})
+
+
 def rule_only(node: Node) -> bool:
     """A node of a lowered op that still runs its NumPy rule: XGBoost's float32 sigmoid and
     softmax (LINK float32), whose bits are the C library's expf (ir/semantics/libm32.py),
-    which the rule calls; TVM's own exp would round differently."""
+    which the rule calls, where TVM's own exp would round differently; and the ufuncs of
+    ``RULE_UFUNCS``."""
+    if node.op is Op.UFUNC:
+        return node.attrs.name in RULE_UFUNCS
     return node.op is Op.LINK and bool(node.attrs.float32)
 
 
@@ -321,5 +330,9 @@ def lower_node(ctx: Context, node: Node, ins: list) -> relax.Expr:
     return rule(ctx, node, ins)
 
 
-FALLBACK = frozenset(op for op in Op if op is not Op.INPUT) - frozenset(LOWERINGS)
-__all__ = ["FALLBACK", "LOWERINGS", "Context", "lower_node", "rule_only"]
+def fallback_ops() -> frozenset[Op]:
+    """The ops without a lowering (once the package has imported every ``ops_*`` module)."""
+    return frozenset(op for op in Op if op is not Op.INPUT) - frozenset(LOWERINGS)
+
+
+__all__ = ["LOWERINGS", "RULE_UFUNCS", "Context", "fallback_ops", "lower_node", "rule_only"]

@@ -1,0 +1,250 @@
+"""Relax lowerings of the column featurizers: one-hot and category codes, polynomial terms,
+bins, range checks and element-wise ufuncs, each mirroring its NumPy rule in
+``ir/semantics`` (``pipeline.py``, ``core.py``, ``transformers.py``).
+
+Matching and counting are done as comparisons against constant tables, so the results are
+exact: an indicator is a 0/1 value, a slot shared by several categories (scikit-learn's
+infrequent ones) is the largest of its members' 0/1 values, a code is picked by the first
+match (``argmax`` returns the first maximum), a bin is a count of edges. Polynomial terms
+are the rule's products in the rule's order. Ufuncs whose TVM form is not the C library's
+(``tanh``, measured 1.0 relative off on tiny inputs; ``log1p``, ``expm1`` and the others in
+``RULE_UFUNCS``, which Relax has no op for) run their rule from the lowered program, as
+XGBoost's float32 links do (``ops.rule_only``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from tvm import relax
+from tvm.relax import op as R
+
+from peregrine.backends.tvm.ops import (
+    RULE_UFUNCS,
+    Context,
+    cast,
+    const,
+    dtype_of,
+    f64,
+    lowering,
+    rule_only,
+)
+from peregrine.ir import Node, Op
+from peregrine.ir.ops import UFUNCS as ALL_UFUNCS
+
+
+def _i64(values: Any) -> relax.Constant:
+    return const(np.asarray(values, np.int64), "int64")
+
+
+def _take(x: relax.Expr, columns: Any) -> relax.Expr:
+    return R.take(x, _i64(np.asarray(columns, np.int64).reshape(-1)), axis=1)
+
+
+def _equal(v: relax.Expr, cats: np.ndarray, nan_matches: bool) -> relax.Expr:
+    """``v == cats`` (broadcast), a NaN value matching a NaN category where ``nan_matches``."""
+    hit = R.equal(v, const(cats))
+    nan = np.isnan(cats)
+    if nan_matches and nan.any():
+        hit = R.logical_or(hit, R.logical_and(R.isnan(v), const(nan, "bool")))
+    return hit
+
+
+def _width(x: relax.Expr) -> int:
+    return int(relax.BlockBuilder.current().normalize(x).ty.shape[1])
+
+
+def _largest_of(values: relax.Expr, members: list[list[int]], none: int) -> relax.Expr:
+    """Per output column k, the largest of ``values[:, members[k]]`` (0/1 floats); ``none``
+    is the index of a column of zeros, for outputs (and padding) with no member."""
+    depth = max([len(m) for m in members] + [1])
+    if depth == 1:
+        return _take(values, [m[0] if m else none for m in members])
+    table = np.full((len(members), depth), none, dtype=np.int64)
+    for k, m in enumerate(members):
+        table[k, : len(m)] = m
+    return R.max(R.take(values, _i64(table), axis=1), axis=2)
+
+
+# ------------------------------------------------------------------------ one-hot --
+@lowering(Op.ONE_HOT)
+def lower_one_hot(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    """Every (column, category) comparison at once, then each slot the largest of its
+    categories' indicators and, for a column's unknown slot, 1 where none of its categories
+    matched (a category without a slot still counts as a match: the rule's ``found``)."""
+    a, x = node.attrs, f64(ins[0])
+    cols, cats, slots, owner = [], [], [], []
+    for i, (j, c, s) in enumerate(zip(a.columns, a.categories, a.slots)):
+        c = np.asarray(c, np.float64).reshape(-1)
+        cols += [int(j)] * len(c)
+        cats.append(c)
+        slots += [int(t) for t in np.asarray(s).reshape(-1)]
+        owner += [i] * len(c)
+    width = int(node.width)
+    n_cats = len(cols)
+    zero = R.zeros_like(R.strided_slice(x, axes=[1], begin=[0], end=[1]))
+    values = zero  # (n, n_cats + 1): the indicators, then a column of zeros (index n_cats)
+    if n_cats:
+        hits = _equal(_take(x, cols), np.concatenate(cats).reshape(1, -1), True)
+        values = R.concat([cast(hits, "float64"), zero], axis=1)
+    unknown = [int(u) for u in np.asarray(a.unknown_slots).reshape(-1)]
+    members: list[list[int]] = [[] for _ in range(width)]
+    for k, s in enumerate(slots):
+        if s >= 0:
+            members[s].append(k)
+    unknown_cols = [i for i, u in enumerate(unknown) if u >= 0]
+    if unknown_cols:
+        own = [[k for k, o in enumerate(owner) if o == i] for i in unknown_cols]
+        matched = _largest_of(values, own, n_cats)
+        missed = R.subtract(const(1.0), matched)  # (n, len(unknown_cols))
+        values = R.concat([values, missed], axis=1)
+        for pos, i in enumerate(unknown_cols):
+            members[unknown[i]].append(n_cats + 1 + pos)
+    if all(len(m) == 1 for m in members) and [m[0] for m in members] == list(range(width)):
+        return R.strided_slice(values, axes=[1], begin=[0], end=[width])  # the comparisons
+    return _largest_of(values, members, n_cats)
+
+
+# ----------------------------------------------------------------- category codes --
+def _codes(x: relax.Expr, columns: Any, categories: Any, codes: Any, unknown: Any,
+           nan_matches: bool) -> relax.Expr:
+    """``x`` (float64) with each listed column replaced by the code of the first category it
+    equals, or that column's ``unknown`` value."""
+    cats = [np.asarray(c, np.float64).reshape(-1) for c in categories]
+    m = len(cats)
+    if m == 0:
+        return x
+    depth = max([len(c) for c in cats] + [1])
+    table = np.zeros((m, depth))
+    code_table = np.zeros((m, depth))
+    valid = np.zeros((m, depth), dtype=bool)
+    for i, (c, k) in enumerate(zip(cats, codes)):
+        table[i, : len(c)] = c
+        code_table[i, : len(c)] = np.asarray(k, np.float64).reshape(-1)
+        valid[i, : len(c)] = True
+    v = R.expand_dims(_take(x, columns), axis=2)  # (n, m, 1)
+    hit = R.logical_and(_equal(v, table[None], nan_matches), const(valid[None], "bool"))
+    hit = cast(hit, "int32")
+    found = R.greater(R.max(hit, axis=2), const(0, "int32"))  # (n, m)
+    first = R.argmax(hit, axis=2)  # the first match (its index in the padded row)
+    flat = R.add(cast(first, "int64"), _i64((np.arange(m) * depth).reshape(1, m)))
+    code = R.take(const(code_table.reshape(-1)), flat, axis=0)
+    enc = R.where(found, code, const(np.asarray(unknown, np.float64).reshape(1, m)))
+    # back into place: listed columns take their code, the others pass through
+    width = _width(x)
+    listed = np.zeros(width, dtype=bool)
+    where = np.zeros(width, dtype=np.int64)
+    for i, j in enumerate(columns):
+        listed[int(j)] = True
+        where[int(j)] = i
+    return R.where(const(listed.reshape(1, width), "bool"), _take(enc, where), x)
+
+
+@lowering(Op.CATEGORY_MAP)
+def lower_category_map(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    a = node.attrs
+    unknown = np.broadcast_to(np.asarray(a.unknown, np.float64), (len(a.columns),))
+    return _codes(f64(ins[0]), a.columns, a.categories, a.codes, unknown, True)
+
+
+@lowering(Op.ORDINAL_ENCODE)
+def lower_ordinal_encode(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    """Positions among the ascending categories; NaN when absent, and for NaN itself (the
+    rule's ``searchsorted`` never matches it). Computed in float64; the module casts back to
+    the rule's dtype (a float32 input stays float32: small positions and NaN are exact)."""
+    a = node.attrs
+    codes = [np.arange(len(np.asarray(c).reshape(-1)), dtype=np.float64) for c in a.categories]
+    unknown = np.full(len(a.columns), np.nan)
+    return _codes(f64(ins[0]), a.columns, a.categories, codes, unknown, False)
+
+
+# --------------------------------------------------------------------- polynomial --
+@lowering(Op.POLYNOMIAL)
+def lower_polynomial(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    """All terms at once: the running product of one gathered (n, terms) matrix per degree,
+    each term's factors in the rule's order (``Polynomial.factors``), padded with a column of
+    ones (a trailing ``* 1.0`` is exact); float32 products on a float32 input with
+    ``float32``, as the rule."""
+    a, x = node.attrs, ins[0]
+    dt = "float32" if a.float32 and dtype_of(x) == "float32" else "float64"
+    x = cast(x, dt)
+    factors = a.factors()
+    n_in = int(np.shape(a.powers)[1])
+    degree = max([len(f) for f in factors] + [1])
+    table = np.full((degree, len(factors)), n_in, dtype=np.int64)  # n_in: the ones column
+    for k, f in enumerate(factors):
+        table[: len(f), k] = f
+    ext = R.concat([x, R.ones_like(R.strided_slice(x, axes=[1], begin=[0], end=[1]))], axis=1)
+    out = _take(ext, table[0])
+    for d in range(1, degree):
+        out = R.multiply(out, _take(ext, table[d]))
+    return out
+
+
+# ------------------------------------------------------------- bins and ranges --
+@lowering(Op.DIGITIZE)
+def lower_digitize(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    """``searchsorted(edges, x, side="right")`` as the count of edges <= x (edges padded with
+    NaN, which no comparison counts); NaN -> len(edges), where NumPy sorts it."""
+    x = f64(ins[0])
+    edges = [np.asarray(e, np.float64).reshape(-1) for e in node.attrs.edges]
+    depth = max([len(e) for e in edges] + [1])
+    table = np.full((1, len(edges), depth), np.nan)
+    for j, e in enumerate(edges):
+        table[0, j, : len(e)] = e
+    le = R.less_equal(const(table), R.expand_dims(x, axis=2))  # (n, d, depth)
+    count = R.sum(cast(le, "float64"), axis=2)
+    lens = const(np.asarray([len(e) for e in edges], np.float64).reshape(1, -1))
+    return R.where(R.isnan(x), lens, count)
+
+
+@lowering(Op.RANGE_CHECK)
+def lower_range_check(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    x = f64(ins[0])
+    low, high = (np.asarray(v, np.float64) for v in (node.attrs.low, node.attrs.high))
+    low, high = (v.reshape(1, -1) if v.ndim else v for v in (low, high))
+    out = R.logical_or(R.less(x, const(low)), R.greater(x, const(high)))  # NaN: 0.0
+    return cast(out, "float64")
+
+
+# -------------------------------------------------------------------------- ufuncs --
+def _sign(x: relax.Expr) -> relax.Expr:
+    return R.where(R.isnan(x), x, R.sign(x))  # NumPy's sign(NaN) is NaN, TVM's 0
+
+
+UFUNCS = {
+    "exp": R.exp,
+    "log": R.log,
+    "sqrt": R.sqrt,  # correctly rounded, as NumPy's
+    "absolute": R.abs,
+    "square": lambda x: R.multiply(x, x),
+    "negative": R.negative,
+    "sin": R.sin,
+    "cos": R.cos,
+    "arcsinh": R.asinh,
+    "reciprocal": lambda x: R.divide(const(1.0, dtype_of(x)), x),
+    "sign": _sign,
+    "floor": R.floor,
+    "ceil": R.ceil,
+    "rint": R.round,  # half to even, as NumPy
+    "trunc": R.trunc,
+}
+
+
+if set(UFUNCS) | RULE_UFUNCS != set(ALL_UFUNCS):
+    raise RuntimeError(f"UFUNC names without a tvm plan: {set(ALL_UFUNCS) - set(UFUNCS)}")
+
+
+@lowering(Op.UFUNC)
+def lower_ufunc(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    """The float64 result (the C library's exp/log/sin..., within an ulp of NumPy's loops:
+    docs/tvm.md); on a float32 input with ``float32``, rounded to float32, where NumPy's own
+    float32 loop may differ by the ulps docs/exactness.md bounds (as torch's lowering)."""
+    if rule_only(node):
+        assert ctx.fallback is not None
+        return ctx.fallback(node, ins)
+    out = UFUNCS[node.attrs.name](f64(ins[0]))
+    if node.attrs.float32 and dtype_of(ins[0]) == "float32":
+        return cast(out, "float32")
+    return out
