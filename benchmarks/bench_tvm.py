@@ -4,6 +4,11 @@ features, trained on 100K rows), ``predict_proba`` on 10K and 100K float32 rows,
 backend's cold compile time (an empty library cache).
 
     .venv/bin/python benchmarks/bench_tvm.py [--threads 1] [--rounds 5]
+    .venv/bin/python benchmarks/bench_tvm.py --featurizers [--rows 100000]
+
+``--featurizers`` times pipelines whose featurizers TVM lowers in ``ops_columns.py`` (one-hot
+codes of float categories into a forest, ordinal codes into a forest, polynomial terms, bins,
+a ufunc) against scikit-learn and the torch backend, ``predict_proba`` on float64 rows.
 
 Both backends run in this one process on ``--threads`` threads (torch through
 ``CompileOptions.n_threads``, TVM's runtime through ``TVM_NUM_THREADS``, set before TVM loads).
@@ -41,15 +46,93 @@ def cpu_model() -> str:
     return "unknown"
 
 
+def featurizer_models(rows: int) -> list[tuple[str, object, np.ndarray]]:
+    """(name, fitted pipeline, test rows) for ``--featurizers``."""
+    from sklearn.ensemble import RandomForestClassifier
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import (
+        FunctionTransformer,
+        KBinsDiscretizer,
+        OneHotEncoder,
+        OrdinalEncoder,
+        PolynomialFeatures,
+        StandardScaler,
+    )
+
+    rng = np.random.default_rng(0)
+    cats = rng.normal(size=(10, 20)).round(3) * 7  # 10 columns x 20 float categories
+    Xc = np.column_stack([rng.choice(c, rows + 20_000) for c in cats])
+    yc = (Xc[:, 0] + Xc[:, 1] > 0).astype(int)
+    Xn = rng.normal(size=(rows + 20_000, 10))
+    yn = (Xn[:, 0] * Xn[:, 1] + Xn[:, 2] > 0).astype(int)
+    fit, test = slice(0, 20_000), slice(20_000, None)
+    forest = dict(n_estimators=50, max_depth=8, random_state=0, n_jobs=1)
+    models = [
+        ("OneHotEncoder(10 x 20 float categories) -> RandomForest(50x8)", make_pipeline(
+            OneHotEncoder(handle_unknown="ignore", sparse_output=False),
+            RandomForestClassifier(**forest)), Xc),
+        ("OrdinalEncoder(10 columns) -> RandomForest(50x8)", make_pipeline(
+            OrdinalEncoder(handle_unknown="use_encoded_value", unknown_value=-1),
+            RandomForestClassifier(**forest)), Xc),
+        ("PolynomialFeatures(3) of 10 -> LogisticRegression", make_pipeline(
+            PolynomialFeatures(3), StandardScaler(), LogisticRegression(max_iter=300)), Xn),
+        ("KBinsDiscretizer(8, onehot-dense) -> LogisticRegression", make_pipeline(
+            KBinsDiscretizer(n_bins=8, encode="onehot-dense", quantile_method="linear"),
+            LogisticRegression(max_iter=300)), Xn),
+        ("FunctionTransformer(np.exp) -> StandardScaler -> LogisticRegression", make_pipeline(
+            FunctionTransformer(np.exp), StandardScaler(), LogisticRegression()), Xn),
+    ]
+    out = []
+    for name, model, X in models:
+        y = yc if X is Xc else yn
+        out.append((name, model.fit(X[fit], y[fit]), np.ascontiguousarray(X[test])))
+    return out
+
+
+def featurizers(args: argparse.Namespace) -> None:
+    import torch
+    import tvm
+
+    import peregrine
+
+    options = peregrine.CompileOptions(n_threads=args.threads)
+    print(f"CPU: {cpu_model()}; threads {args.threads}; {args.rows} float64 rows; torch "
+          f"{torch.__version__}, tvm {tvm.__version__}; predict_proba, best of "
+          f"{args.rounds} x {args.repeat}")
+    print("| pipeline | scikit-learn s | torch s | tvm s | sklearn / tvm | torch / tvm | "
+          "tvm fallbacks | max diff |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, model, X in featurizer_models(args.rows):
+        fast = {b: peregrine.compile(model, b, options=options) for b in ("torch", "tvm")}
+        best = {"sklearn": np.inf, "torch": np.inf, "tvm": np.inf}
+        calls = {"sklearn": model.predict_proba, "torch": fast["torch"].predict_proba,
+                 "tvm": fast["tvm"].predict_proba}
+        for _ in range(args.rounds):
+            for key, fn in calls.items():
+                best[key] = min(best[key], best_time(fn, X, args.repeat))
+        diff = float(np.abs(fast["tvm"].predict_proba(X) - model.predict_proba(X)).max())
+        fb = fast["tvm"].explain_dict()["backend_choices"].get("fallback_ops", [])
+        print(f"| {name} | {best['sklearn']:.4f} | {best['torch']:.4f} | {best['tvm']:.4f} | "
+              f"{best['sklearn'] / best['tvm']:.2f}x | {best['torch'] / best['tvm']:.2f}x | "
+              f"{', '.join(fb) or 'none'} | {diff:.1e} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--models", default="xgboost,lightgbm,rf")
+    parser.add_argument("--featurizers", action="store_true",
+                        help="time the featurizer pipelines instead of the tree models")
+    parser.add_argument("--rows", type=int, default=100_000)
     args = parser.parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     os.environ["PEREGRINE_CACHE_DIR"] = tempfile.mkdtemp(prefix="peregrine-bench-tvm-")
+    if args.featurizers:
+        featurizers(args)
+        return
 
     import torch
     import tvm

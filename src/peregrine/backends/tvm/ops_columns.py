@@ -6,10 +6,9 @@ Matching and counting are done as comparisons against constant tables, so the re
 exact: an indicator is a 0/1 value, a slot shared by several categories (scikit-learn's
 infrequent ones) is the largest of its members' 0/1 values, a code is picked by the first
 match (``argmax`` returns the first maximum), a bin is a count of edges. Polynomial terms
-are the rule's products in the rule's order. Ufuncs whose TVM form is not the C library's
-(``tanh``, measured 1.0 relative off on tiny inputs; ``log1p``, ``expm1`` and the others in
-``RULE_UFUNCS``, which Relax has no op for) run their rule from the lowered program, as
-XGBoost's float32 links do (``ops.rule_only``).
+are the rule's products in the rule's order (a scheduled TIR function, ``kernels.py``). The
+lowered ufuncs are the exact ones (sqrt, absolute, floor...); the others run their rule from
+the lowered program (``ops.RULE_UFUNCS``, ``ops.rule_only``), as XGBoost's float32 links do.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import numpy as np
 from tvm import relax
 from tvm.relax import op as R
 
+from peregrine.backends.tvm import kernels
 from peregrine.backends.tvm.ops import (
     RULE_UFUNCS,
     Context,
@@ -162,24 +162,24 @@ def lower_ordinal_encode(ctx: Context, node: Node, ins: list) -> relax.Expr:
 # --------------------------------------------------------------------- polynomial --
 @lowering(Op.POLYNOMIAL)
 def lower_polynomial(ctx: Context, node: Node, ins: list) -> relax.Expr:
-    """All terms at once: the running product of one gathered (n, terms) matrix per degree,
-    each term's factors in the rule's order (``Polynomial.factors``), padded with a column of
-    ones (a trailing ``* 1.0`` is exact); float32 products on a float32 input with
-    ``float32``, as the rule."""
+    """All terms in one pass over each row (``kernels.polynomial_kernel``), each term's
+    factors in the rule's order (``Polynomial.factors``); float32 products on a float32 input
+    with ``float32``, as the rule."""
     a, x = node.attrs, ins[0]
     dt = "float32" if a.float32 and dtype_of(x) == "float32" else "float64"
-    x = cast(x, dt)
     factors = a.factors()
     n_in = int(np.shape(a.powers)[1])
     degree = max([len(f) for f in factors] + [1])
-    table = np.full((degree, len(factors)), n_in, dtype=np.int64)  # n_in: the ones column
+    table = np.full((degree, len(factors)), n_in, dtype=np.int32)  # n_in: the 1.0
     for k, f in enumerate(factors):
         table[: len(f), k] = f
-    ext = R.concat([x, R.ones_like(R.strided_slice(x, axes=[1], begin=[0], end=[1]))], axis=1)
-    out = _take(ext, table[0])
-    for d in range(1, degree):
-        out = R.multiply(out, _take(ext, table[d]))
-    return out
+    key = ("polynomial", node.name, dt)
+    if key not in ctx.shared:
+        name = f"polynomial_{len(ctx.shared)}_{dt}"
+        ctx.shared[key] = ctx.bb.add_func(
+            kernels.polynomial_kernel(n_in, table, dt).with_attr("global_symbol", name), name)
+    out = relax.TensorType((ctx.rows, len(factors)), dt)
+    return relax.call_tir(ctx.shared[key], [cast(x, dt), const(table, "int32")], out)
 
 
 # ------------------------------------------------------------- bins and ranges --
@@ -214,15 +214,10 @@ def _sign(x: relax.Expr) -> relax.Expr:
 
 
 UFUNCS = {
-    "exp": R.exp,
-    "log": R.log,
     "sqrt": R.sqrt,  # correctly rounded, as NumPy's
     "absolute": R.abs,
     "square": lambda x: R.multiply(x, x),
     "negative": R.negative,
-    "sin": R.sin,
-    "cos": R.cos,
-    "arcsinh": R.asinh,
     "reciprocal": lambda x: R.divide(const(1.0, dtype_of(x)), x),
     "sign": _sign,
     "floor": R.floor,
@@ -238,9 +233,10 @@ if set(UFUNCS) | RULE_UFUNCS != set(ALL_UFUNCS):
 
 @lowering(Op.UFUNC)
 def lower_ufunc(ctx: Context, node: Node, ins: list) -> relax.Expr:
-    """The float64 result (the C library's exp/log/sin..., within an ulp of NumPy's loops:
-    docs/tvm.md); on a float32 input with ``float32``, rounded to float32, where NumPy's own
-    float32 loop may differ by the ulps docs/exactness.md bounds (as torch's lowering)."""
+    """The float64 result, NumPy's bits (every lowered ufunc is exact or correctly rounded);
+    on a float32 input with ``float32``, rounded once to float32 (``square`` and
+    ``reciprocal`` of a float32 value: NumPy's float32 loop rounds once too, from the exact
+    product; the quotient may differ by the double rounding docs/exactness.md bounds)."""
     if rule_only(node):
         assert ctx.fallback is not None
         return ctx.fallback(node, ins)
