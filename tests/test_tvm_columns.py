@@ -224,3 +224,81 @@ def test_one_hot_and_ufunc_in_one_column_transformer():
     assert "sqrt" in logs and set(logs) <= {"sqrt", "log"}
     rows = np.vstack([X[:50], [[0.7, 1.0, 2.0], [np.nan, 1.0, 1.0], [9.25, 4.0, 0.2]]])
     _check(model, rows, ["predict_proba", "predict"])
+
+
+INTERP_TABLES = [
+    ([0.0, 1.0, 2.0, 5.0], [0.0, 0.5, 0.5, 1.0]),  # a flat segment
+    ([-1.0, 0.0, 0.0, 0.0, 3.0], [1.0, 2.0, 3.0, 4.0, 4.5]),  # repeated xp
+    ([0.25], [7.0]),  # one point
+    ([0.0, 1e-300, 1.0, 1e300], [1.0, 1.0, -2.0, 3.0]),
+    ([-3.0, 3.0], [5.0, 5.0]),  # flat everywhere: inf x takes NumPy's fallbacks
+    (list(np.linspace(-4, 4, 1000)), list(np.tanh(np.linspace(-4, 4, 1000)))),  # long
+]
+
+
+def _interp_program(tables, left, right):
+    """INTERP's lowering alone, built into a Relax VM: X (n, d) -> Y (n, d)."""
+    from types import SimpleNamespace
+
+    import tvm
+    from tvm import relax
+
+    from peregrine.backends.tvm import build
+    from peregrine.backends.tvm.ops import Context
+    from peregrine.backends.tvm.ops_columns import lower_interp
+
+    d = len(tables)
+    node = SimpleNamespace(attrs=SimpleNamespace(
+        xp=[np.asarray(t[0]) for t in tables], fp=[np.asarray(t[1]) for t in tables],
+        left=np.asarray(left), right=np.asarray(right)), width=d, name="interp")
+    bb = relax.BlockBuilder()
+    rows = tvm.tirx.Var("n", "int64")
+    x = relax.Var("x", relax.TensorType((rows, d), "float64"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            out = bb.emit_output(bb.emit(lower_interp(
+                Context(bb, peregrine.CompileOptions(), rows), node, [x])))
+        bb.emit_func_output(out)
+    target = build.host_target()
+    ex = tvm.compile(bb.get(), target, relax_pipeline=build.build_pipeline(target))
+    vm = relax.VirtualMachine(ex, tvm.cpu())
+    return lambda X: vm["main"](tvm.runtime.tensor(np.ascontiguousarray(X))).numpy()
+
+
+def test_interp_bit_equal_to_numpy():
+    """np.interp's C loop, bit for bit: repeated and one-point tables, flat segments, x at
+    every entry, its neighbours, outside, +-inf, -0.0 and NaN, NaN left/right values."""
+    rng = np.random.default_rng(8)
+    left = [-7.0, np.nan, -1.0, 0.5, 11.0, -2.0]
+    right = [9.0, 8.0, np.inf, -0.5, 12.0, 2.0]
+    cols = []
+    for xp, _ in INTERP_TABLES:
+        xp = np.asarray(xp)
+        special = np.concatenate([xp, np.nextafter(xp, -np.inf), np.nextafter(xp, np.inf),
+                                  [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e308]])
+        pool = np.concatenate([special, rng.uniform(xp.min() - 2, xp.max() + 2, 200)])
+        cols.append(rng.choice(pool, 3000))
+    X = np.stack(cols, axis=1)
+    X[:20] = np.nan  # whole NaN rows too
+    X[20, :] = [0.0, 0.0, 0.25, 1e-300, 0.0, 0.0]  # exact hits
+    got = _interp_program(INTERP_TABLES, left, right)(X)
+    for j, (xp, fp) in enumerate(INTERP_TABLES):
+        with np.errstate(invalid="ignore"):
+            want = np.interp(X[:, j], xp, fp, left=left[j], right=right[j])
+        np.testing.assert_array_equal(got[:, j], want, err_msg=f"column {j}")
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_isotonic_calibration(k):
+    """CalibratedClassifierCV(method="isotonic") runs INTERP in the program: scikit-learn's
+    probabilities and labels (not the reference's bits: the logistic regressions' products
+    sum in another order than NumPy's BLAS, kernels.dense_kernel)."""
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(600, 4))
+    y = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(int) + (k == 3) * (X[:, 2] > 0.8)
+    model = CalibratedClassifierCV(LogisticRegression(), method="isotonic", cv=3).fit(X, y)
+    _check(model, np.vstack([X, rng.normal(size=(200, 4)) * 5]), ["predict_proba", "predict"],
+           exact=False, lowered={"INTERP"})

@@ -182,6 +182,25 @@ def lower_polynomial(ctx: Context, node: Node, ins: list) -> relax.Expr:
     return relax.call_tir(ctx.shared[key], [cast(x, dt), const(table, "int32")], out)
 
 
+# ------------------------------------------------------------------ interpolation --
+@lowering(Op.INTERP)
+def lower_interp(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    """np.interp per column, bit for bit (``kernels.interp_kernel``: NumPy's C loop)."""
+    a, x = node.attrs, f64(ins[0])
+    xp, fp, slopes, starts, lengths = kernels.interp_tables(a.xp, a.fp)
+    width = len(lengths)
+    steps = int(lengths.max()).bit_length() + 1
+    key = ("interp", width, len(xp), steps)
+    if key not in ctx.shared:
+        name = f"interp_{len(ctx.shared)}"
+        ctx.shared[key] = ctx.bb.add_func(
+            kernels.interp_kernel(width, len(xp), steps).with_attr("global_symbol", name), name)
+    args = [x, const(xp), const(fp), const(slopes), const(starts, "int32"),
+            const(lengths, "int32"), const(np.asarray(a.left, np.float64).reshape(-1)),
+            const(np.asarray(a.right, np.float64).reshape(-1))]
+    return relax.call_tir(ctx.shared[key], args, relax.TensorType((ctx.rows, width), "float64"))
+
+
 # ------------------------------------------------------------- bins and ranges --
 @lowering(Op.DIGITIZE)
 def lower_digitize(ctx: Context, node: Node, ins: list) -> relax.Expr:
