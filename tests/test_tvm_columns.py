@@ -236,33 +236,40 @@ INTERP_TABLES = [
 ]
 
 
-def _interp_program(tables, left, right):
-    """INTERP's lowering alone, built into a Relax VM: X (n, d) -> Y (n, d)."""
-    from types import SimpleNamespace
-
+def _lowered_program(lower, node, widths):
+    """One op's lowering alone, built into a Relax VM: float64 inputs of ``widths`` columns
+    -> the op's value."""
     import tvm
     from tvm import relax
 
     from peregrine.backends.tvm import build
     from peregrine.backends.tvm.ops import Context
-    from peregrine.backends.tvm.ops_columns import lower_interp
 
-    d = len(tables)
-    node = SimpleNamespace(attrs=SimpleNamespace(
-        xp=[np.asarray(t[0]) for t in tables], fp=[np.asarray(t[1]) for t in tables],
-        left=np.asarray(left), right=np.asarray(right)), width=d, name="interp")
     bb = relax.BlockBuilder()
     rows = tvm.tirx.Var("n", "int64")
-    x = relax.Var("x", relax.TensorType((rows, d), "float64"))
-    with bb.function("main", [x]):
+    xs = [relax.Var(f"x{i}", relax.TensorType((rows, w), "float64"))
+          for i, w in enumerate(widths)]
+    with bb.function("main", xs):
         with bb.dataflow():
-            out = bb.emit_output(bb.emit(lower_interp(
-                Context(bb, peregrine.CompileOptions(), rows), node, [x])))
+            out = bb.emit_output(bb.emit(lower(
+                Context(bb, peregrine.CompileOptions(), rows), node, xs)))
         bb.emit_func_output(out)
     target = build.host_target()
     ex = tvm.compile(bb.get(), target, relax_pipeline=build.build_pipeline(target))
     vm = relax.VirtualMachine(ex, tvm.cpu())
-    return lambda X: vm["main"](tvm.runtime.tensor(np.ascontiguousarray(X))).numpy()
+    return lambda *X: vm["main"](*[tvm.runtime.tensor(np.ascontiguousarray(x))
+                                   for x in X]).numpy()
+
+
+def _interp_program(tables, left, right):
+    from types import SimpleNamespace
+
+    from peregrine.backends.tvm.ops_columns import lower_interp
+
+    node = SimpleNamespace(attrs=SimpleNamespace(
+        xp=[np.asarray(t[0]) for t in tables], fp=[np.asarray(t[1]) for t in tables],
+        left=np.asarray(left), right=np.asarray(right)), width=len(tables), name="interp")
+    return _lowered_program(lower_interp, node, [len(tables)])
 
 
 def test_interp_bit_equal_to_numpy():
@@ -302,3 +309,34 @@ def test_isotonic_calibration(k):
     model = CalibratedClassifierCV(LogisticRegression(), method="isotonic", cv=3).fit(X, y)
     _check(model, np.vstack([X, rng.normal(size=(200, 4)) * 5]), ["predict_proba", "predict"],
            exact=False, lowered={"INTERP"})
+
+
+@pytest.mark.parametrize("k", [3, 5])
+def test_ovr_decision_votes(k):
+    """OVR_DECISION alone: votes plus the confidences' sums in the rule's order, the rule's
+    bits (ties, zero and signed confidences); and SVC's one-vs-rest decision through it
+    against scikit-learn."""
+    from types import SimpleNamespace
+
+    from sklearn.svm import SVC
+
+    from peregrine.backends.tvm.ops_votes import lower_ovr_decision
+    from peregrine.ir.semantics.kernels import OvrDecision
+
+    rng = np.random.default_rng(10)
+    pairs = k * (k - 1) // 2
+    pred = rng.integers(0, 2, (500, pairs)).astype(np.float64)
+    conf = rng.normal(size=(500, pairs)) * rng.choice([1e-3, 1.0, 1e3], (500, pairs))
+    conf[::7] = 0.0
+    conf[::11] = -0.0
+    attrs = OvrDecision(n_classes=k)
+    node = SimpleNamespace(attrs=attrs, width=k, name="ovr")
+    got = _lowered_program(lower_ovr_decision, node, [pairs, pairs])(pred, conf)
+    want = attrs.rule(node, [pred, conf], peregrine.CompileOptions())
+    np.testing.assert_array_equal(got, want)
+
+    X = rng.normal(size=(400, 4))
+    y = np.digitize(X[:, 0] + 0.3 * X[:, 1], np.quantile(X[:, 0], np.linspace(0, 1, k + 1)[1:-1]))
+    model = SVC(kernel="rbf", gamma=0.5).fit(X, y)
+    _check(model, np.vstack([X[:200], rng.normal(size=(100, 4)) * 3]),
+           ["decision_function", "predict"], exact=False, lowered={"OVR_DECISION"})
