@@ -340,3 +340,30 @@ def test_ovr_decision_votes(k):
     model = SVC(kernel="rbf", gamma=0.5).fit(X, y)
     _check(model, np.vstack([X[:200], rng.normal(size=(100, 4)) * 3]),
            ["decision_function", "predict"], exact=False, lowered={"OVR_DECISION"})
+
+
+@pytest.mark.parametrize("output", ["uniform", "normal"])
+def test_quantile_transformer(output):
+    """QuantileTransformer: the uniform output in the program, bit-equal to scikit-learn
+    (both lookups through the interpolation kernel, the bounds as the rule sets them) on
+    the quantiles themselves, their neighbours, values outside and NaN; the normal output
+    runs its rule (scipy's ndtri)."""
+    from sklearn.preprocessing import QuantileTransformer
+
+    rng = np.random.default_rng(11)
+    X = np.column_stack([rng.normal(size=500), rng.exponential(size=500),
+                         rng.integers(0, 5, 500).astype(float)])  # repeated quantiles
+    qt = QuantileTransformer(n_quantiles=50, output_distribution=output).fit(X)
+    q = qt.quantiles_
+    rows = np.vstack([X[:100], q, np.nextafter(q, np.inf), np.nextafter(q, -np.inf),
+                      [[np.nan, 1e30, -1e30], [-0.0, 0.0, np.nan]]])
+    compiled = peregrine.compile(qt, "tvm")
+    assert ("QUANTILE" in _fallbacks(compiled)) == (output == "normal")
+    with np.errstate(invalid="ignore"):
+        for dt in (np.float64, np.float32):
+            Xd = rows.astype(dt)
+            got, want = compiled.transform(Xd), qt.transform(Xd)
+            if output == "uniform":
+                np.testing.assert_array_equal(got, want)
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -183,9 +183,11 @@ def rule_only(node: Node) -> bool:
     """A node of a lowered op that still runs its NumPy rule: XGBoost's float32 sigmoid and
     softmax (LINK float32), whose bits are the C library's expf (ir/semantics/libm32.py),
     which the rule calls, where TVM's own exp would round differently; and the ufuncs of
-    ``RULE_UFUNCS``."""
+    ``RULE_UFUNCS``; and QuantileTransformer's normal output (scipy's ndtri)."""
     if node.op is Op.UFUNC:
         return node.attrs.name in RULE_UFUNCS
+    if node.op is Op.QUANTILE:
+        return node.attrs.output == "normal"
     return node.op is Op.LINK and bool(node.attrs.float32)
 
 

@@ -183,11 +183,10 @@ def lower_polynomial(ctx: Context, node: Node, ins: list) -> relax.Expr:
 
 
 # ------------------------------------------------------------------ interpolation --
-@lowering(Op.INTERP)
-def lower_interp(ctx: Context, node: Node, ins: list) -> relax.Expr:
-    """np.interp per column, bit for bit (``kernels.interp_kernel``: NumPy's C loop)."""
-    a, x = node.attrs, f64(ins[0])
-    xp, fp, slopes, starts, lengths = kernels.interp_tables(a.xp, a.fp)
+def _interp(ctx: Context, x: relax.Expr, xps: Any, fps: Any, left: Any,
+            right: Any) -> relax.Expr:
+    """np.interp of each column of ``x`` (float64) through its own table, bit for bit."""
+    xp, fp, slopes, starts, lengths = kernels.interp_tables(xps, fps)
     width = len(lengths)
     steps = int(lengths.max()).bit_length() + 1
     key = ("interp", width, len(xp), steps)
@@ -196,9 +195,44 @@ def lower_interp(ctx: Context, node: Node, ins: list) -> relax.Expr:
         ctx.shared[key] = ctx.bb.add_func(
             kernels.interp_kernel(width, len(xp), steps).with_attr("global_symbol", name), name)
     args = [x, const(xp), const(fp), const(slopes), const(starts, "int32"),
-            const(lengths, "int32"), const(np.asarray(a.left, np.float64).reshape(-1)),
-            const(np.asarray(a.right, np.float64).reshape(-1))]
+            const(lengths, "int32"), const(np.asarray(left, np.float64).reshape(-1)),
+            const(np.asarray(right, np.float64).reshape(-1))]
     return relax.call_tir(ctx.shared[key], args, relax.TensorType((ctx.rows, width), "float64"))
+
+
+@lowering(Op.INTERP)
+def lower_interp(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    """np.interp per column, bit for bit (``kernels.interp_kernel``: NumPy's C loop)."""
+    a = node.attrs
+    return _interp(ctx, f64(ins[0]), a.xp, a.fp, a.left, a.right)
+
+
+@lowering(Op.QUANTILE)
+def lower_quantile(ctx: Context, node: Node, ins: list) -> relax.Expr:
+    """QuantileTransformer's uniform output, bit for bit: ``0.5 * (interp(x, q, r) -
+    interp(-x, -q[::-1], -r[::-1]))`` (both lookups in one interpolation call over the
+    columns and their negations), rounded to the input's dtype, then 1 where ``x == q[-1]``
+    and 0 where ``x == q[0]``. The normal output runs its rule (``ops.rule_only``: scipy's
+    ndtri)."""
+    if rule_only(node):
+        assert ctx.fallback is not None
+        return ctx.fallback(node, ins)
+    a, dt = node.attrs, dtype_of(ins[0])
+    x = f64(ins[0])
+    refs = np.asarray(a.references, np.float64)
+    qs = [np.asarray(q, np.float64) for q in a.quantiles]
+    d = len(qs)
+    xps = qs + [-q[::-1] for q in qs]
+    fps = [refs] * d + [-refs[::-1]] * d
+    both = _interp(ctx, R.concat([x, R.negative(x)], axis=1), xps, fps,
+                   [f[0] for f in fps], [f[-1] for f in fps])
+    fwd = R.strided_slice(both, axes=[1], begin=[0], end=[d])
+    back = R.strided_slice(both, axes=[1], begin=[d], end=[2 * d])
+    u = f64(cast(R.multiply(const(0.5), R.subtract(fwd, back)), dt))
+    first = const(np.asarray([q[0] for q in qs]).reshape(1, d))
+    last = const(np.asarray([q[-1] for q in qs]).reshape(1, d))
+    u = R.where(R.equal(x, last), const(1.0), u)
+    return cast(R.where(R.equal(x, first), const(0.0), u), dt)
 
 
 # ------------------------------------------------------------- bins and ranges --
