@@ -8,7 +8,8 @@ backend's cold compile time (an empty library cache).
 
 ``--featurizers`` times pipelines whose featurizers TVM lowers in ``ops_columns.py`` (one-hot
 codes of float categories into a forest, ordinal codes into a forest, polynomial terms, bins,
-a ufunc) against scikit-learn and the torch backend, ``predict_proba`` on float64 rows.
+a ufunc) against scikit-learn and the torch backend, ``predict_proba`` on float64 rows, and
+one row at a time (best of 5 loops of 300 calls).
 
 Both backends run in this one process on ``--threads`` threads (torch through
 ``CompileOptions.n_threads``, TVM's runtime through ``TVM_NUM_THREADS``, set before TVM loads).
@@ -101,8 +102,8 @@ def featurizers(args: argparse.Namespace) -> None:
           f"{torch.__version__}, tvm {tvm.__version__}; predict_proba, best of "
           f"{args.rounds} x {args.repeat}")
     print("| pipeline | scikit-learn s | torch s | tvm s | sklearn / tvm | torch / tvm | "
-          "tvm fallbacks | max diff |")
-    print("|---|---|---|---|---|---|---|---|")
+          "one row: scikit-learn / torch / tvm us | tvm fallbacks | max diff |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, model, X in featurizer_models(args.rows):
         fast = {b: peregrine.compile(model, b, options=options) for b in ("torch", "tvm")}
         best = {"sklearn": np.inf, "torch": np.inf, "tvm": np.inf}
@@ -111,11 +112,26 @@ def featurizers(args: argparse.Namespace) -> None:
         for _ in range(args.rounds):
             for key, fn in calls.items():
                 best[key] = min(best[key], best_time(fn, X, args.repeat))
+        one = {key: one_row_us(fn, X[:1]) for key, fn in calls.items()}
         diff = float(np.abs(fast["tvm"].predict_proba(X) - model.predict_proba(X)).max())
         fb = fast["tvm"].explain_dict()["backend_choices"].get("fallback_ops", [])
         print(f"| {name} | {best['sklearn']:.4f} | {best['torch']:.4f} | {best['tvm']:.4f} | "
               f"{best['sklearn'] / best['tvm']:.2f}x | {best['torch'] / best['tvm']:.2f}x | "
+              f"{one['sklearn']:.0f} / {one['torch']:.1f} / {one['tvm']:.0f} | "
               f"{', '.join(fb) or 'none'} | {diff:.1e} |", flush=True)
+
+
+def one_row_us(fn, row: np.ndarray, calls: int = 300, loops: int = 5) -> float:
+    """Microseconds per single-row call: the best of ``loops`` loops of ``calls`` calls."""
+    for _ in range(50):
+        fn(row)
+    best = np.inf
+    for _ in range(loops):
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn(row)
+        best = min(best, (time.perf_counter() - t) / calls)
+    return best * 1e6
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -177,20 +177,21 @@ def test_range_check_rejects_like_the_source():
 
 
 LOWERED = ["sqrt", "absolute", "square", "negative", "reciprocal", "sign", "floor", "ceil",
-           "rint", "trunc"]
+           "rint", "trunc", "log"]
 
 
 @pytest.mark.parametrize("name", LOWERED)
 def test_ufuncs(name):
     """The lowered ufuncs: exact or correctly rounded, so the reference's bits (float32 rows:
-    one rounding of the float64 result)."""
+    one rounding of the float64 result); log within scikit-learn's tolerance (the C
+    library's, an ulp from NumPy's on a few values)."""
     rng = np.random.default_rng(5)
     X = np.column_stack([rng.normal(size=300) * 4, rng.uniform(0, 50, 300)])
     X = np.vstack([X, [[np.nan, 0.0], [np.inf, -0.0], [-np.inf, 2.5], [0.5, -1.5],
                        [-2.5, 1e-300]]])
     ft = FunctionTransformer(getattr(np, name)).fit(X)
     with np.errstate(all="ignore"):
-        _check(ft, X, ["transform"], lowered={"UFUNC"})
+        _check(ft, X, ["transform"], exact=name != "log", lowered={"UFUNC"})
 
 
 @pytest.mark.parametrize("name", ["exp", "log1p", "tanh"])
@@ -207,8 +208,7 @@ def test_rule_ufuncs_run_their_rule(name):
 
 def test_one_hot_and_ufunc_in_one_column_transformer():
     """A ColumnTransformer mixing one-hot codes with float categories, a lowered ufunc and a
-    scaled block, into a forest: no fallback left but predict_log_proba's log (a
-    transcendental ufunc: the rule)."""
+    scaled block, into a forest: no fallback left (predict_log_proba's log is lowered)."""
     from sklearn.preprocessing import StandardScaler
 
     rng = np.random.default_rng(7)
@@ -219,9 +219,8 @@ def test_one_hot_and_ufunc_in_one_column_transformer():
                                                   StandardScaler()), [1, 2])])
     model = make_pipeline(ct, RandomForestClassifier(n_estimators=6, random_state=0)).fit(X, y)
     compiled = peregrine.compile(model, "tvm")
-    assert _fallbacks(compiled) <= {"UFUNC"}
-    logs = [n.attrs.name for n in compiled.spec.graph.nodes if n.op.name == "UFUNC"]
-    assert "sqrt" in logs and set(logs) <= {"sqrt", "log"}
+    assert not _fallbacks(compiled)
+    assert "sqrt" in [n.attrs.name for n in compiled.spec.graph.nodes if n.op.name == "UFUNC"]
     rows = np.vstack([X[:50], [[0.7, 1.0, 2.0], [np.nan, 1.0, 1.0], [9.25, 4.0, 0.2]]])
     _check(model, rows, ["predict_proba", "predict"])
 
