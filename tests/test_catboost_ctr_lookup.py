@@ -121,7 +121,7 @@ def test_torch_lowering_matches_the_rule(script):
         np.testing.assert_array_equal(got, op.rule(None, [x], None))
 
 
-@pytest.mark.parametrize("backend", ["reference", "native", "torch", "torchscript"])
+@pytest.mark.parametrize("backend", ["reference", "native", "torch", "torchscript", "tvm"])
 def test_graph_with_the_op_on_every_backend(backend):
     """A graph of the op alone (its output as ``transform``) built by each backend."""
     from peregrine.ir.spec import MethodSpec, ModelSpec
@@ -138,9 +138,14 @@ def test_graph_with_the_op_on_every_backend(backend):
         allow_inf=True)
     if backend.startswith("torch"):
         pytest.importorskip("torch")
+    if backend == "tvm":
+        pytest.importorskip("tvm")
     compiled = build(spec, backend, CompileOptions(), "cpu")
-    rows = _rows(500, 3)
-    np.testing.assert_array_equal(compiled.transform(rows), op.rule(None, [rows], None))
+    if backend == "tvm":  # in the compiled program (backends/tvm/kernels.ctr_kernel)
+        assert "fallback_ops" not in compiled.explain_dict()["backend_choices"]
+    for n in (1, 7, 64, 65, 500):
+        rows = _rows(n, 3 + n)
+        np.testing.assert_array_equal(compiled.transform(rows), op.rule(None, [rows], None))
 
 
 def test_bad_attributes_are_refused():

@@ -185,3 +185,96 @@ def interp_tables(xps: Any, fps: Any) -> tuple[np.ndarray, ...]:
     lengths = np.asarray([len(a) for a in xp], np.int32)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
     return (np.concatenate(xp), np.concatenate(fp), np.concatenate(slopes), starts, lengths)
+
+
+def ctr_kernel(width: int, a: Any) -> Any:
+    """CTR_LOOKUP (``ir/semantics/ctr.py``): ``x (n, width) -> [float32(x), derived columns]``
+    (float32), CatBoost's categorical columns read off their tables row by row. Elements:
+    a code is the position + 1 of the row's hash among its element's ascending hashes (a
+    binary search for the first entry >= the value, then equality: NaN and unseen values
+    give 0), a bit is ``x > threshold`` (NaN: the element's ``bit_nan``). A projection's key
+    is its elements times their weights, summed in int64 (exact: keys stay below 2**52), its
+    entry the key's position + 1 among the projection's ascending keys (0: absent); a
+    derived column is ``values[offset + entry]`` of its projection, rounded to float32. All
+    integer arithmetic and lookups: the rule's values exactly."""
+    c, b = int(a.hash_columns.size), int(a.bit_columns.size)
+    n_el = max(c + b, 1)
+    p, d = int(a.key_offsets.size) - 1, int(a.sources.size)
+    seg = np.diff(a.hash_offsets).max(initial=0)
+    keyseg = np.diff(a.keys_offsets).max(initial=0)
+    steps = int(max(seg, keyseg, 1)).bit_length() + 1
+    sizes = {k: max(int(np.asarray(getattr(a, k)).size), 1) for k in (
+        "hashes", "hash_offsets", "hash_columns", "bit_columns", "bit_thresholds", "bit_nan",
+        "key_elements", "key_weights", "key_offsets", "keys", "keys_offsets", "sources",
+        "values", "value_offsets")}
+    out_w = width + d
+
+    @T.prim_func
+    def ctr(x: T.handle, hc: T.handle, hs: T.handle, ho: T.handle, bc: T.handle,
+            bt: T.handle, bn: T.handle, ke: T.handle, kw: T.handle, ko: T.handle,
+            ks: T.handle, kso: T.handle, src: T.handle, vals: T.handle, vo: T.handle,
+            y: T.handle):
+        T.func_attr({"tir.noalias": True, "tirx.is_scheduled": True})
+        n = T.int64()
+        X = T.match_buffer(x, (n, width), "float64")
+        HC = T.match_buffer(hc, (sizes["hash_columns"],), "int64")
+        HS = T.match_buffer(hs, (sizes["hashes"],), "float64")
+        HO = T.match_buffer(ho, (sizes["hash_offsets"],), "int64")
+        BC = T.match_buffer(bc, (sizes["bit_columns"],), "int64")
+        BT = T.match_buffer(bt, (sizes["bit_thresholds"],), "float64")
+        BN = T.match_buffer(bn, (sizes["bit_nan"],), "int64")
+        KE = T.match_buffer(ke, (sizes["key_elements"],), "int64")
+        KW = T.match_buffer(kw, (sizes["key_weights"],), "int64")
+        KO = T.match_buffer(ko, (sizes["key_offsets"],), "int64")
+        KS = T.match_buffer(ks, (sizes["keys"],), "int64")
+        KSO = T.match_buffer(kso, (sizes["keys_offsets"],), "int64")
+        SRC = T.match_buffer(src, (sizes["sources"],), "int64")
+        VALS = T.match_buffer(vals, (sizes["values"],), "float64")
+        VO = T.match_buffer(vo, (sizes["value_offsets"],), "int64")
+        Y = T.match_buffer(y, (n, out_w), "float32")
+        for blk in T.parallel((n + ROWS - 1) // ROWS):
+            el = T.alloc_buffer((n_el,), "int64", scope="local")
+            entry = T.alloc_buffer((max(p, 1),), "int64", scope="local")
+            lo = T.alloc_buffer((1,), "int64", scope="local")
+            hi = T.alloc_buffer((1,), "int64", scope="local")
+            num = T.alloc_buffer((1,), "int64", scope="local")
+            for ii in range(T.min(T.int64(ROWS), n - blk * ROWS)):
+                row = blk * ROWS + ii
+                for e in range(c):
+                    v = X[row, HC[e]]
+                    lo[0] = HO[e]
+                    hi[0] = HO[e + 1]
+                    for _ in range(steps):
+                        if lo[0] < hi[0]:
+                            if HS[(lo[0] + hi[0]) // 2] < v:
+                                lo[0] = (lo[0] + hi[0]) // 2 + 1
+                            else:
+                                hi[0] = (lo[0] + hi[0]) // 2
+                    el[e] = T.if_then_else(
+                        lo[0] < HO[e + 1] and HS[T.max(T.min(lo[0], HO[e + 1] - 1), 0)] == v,
+                        lo[0] - HO[e] + 1, T.int64(0))
+                for k in range(b):
+                    v = X[row, BC[k]]
+                    el[c + k] = T.if_then_else(T.isnan(v), BN[k],
+                                               T.if_then_else(v > BT[k], T.int64(1), T.int64(0)))
+                for q in range(p):
+                    num[0] = T.int64(0)
+                    for k in range(KO[q + 1] - KO[q]):
+                        num[0] = num[0] + el[KE[KO[q] + k]] * KW[KO[q] + k]
+                    lo[0] = KSO[q]
+                    hi[0] = KSO[q + 1]
+                    for _ in range(steps):
+                        if lo[0] < hi[0]:
+                            if KS[(lo[0] + hi[0]) // 2] < num[0]:
+                                lo[0] = (lo[0] + hi[0]) // 2 + 1
+                            else:
+                                hi[0] = (lo[0] + hi[0]) // 2
+                    entry[q] = T.if_then_else(
+                        lo[0] < KSO[q + 1] and KS[T.max(T.min(lo[0], KSO[q + 1] - 1), 0)] == num[0],
+                        lo[0] - KSO[q] + 1, T.int64(0))
+                for j in range(width):
+                    Y[row, j] = T.Cast("float32", X[row, j])
+                for k in range(d):
+                    Y[row, width + k] = T.Cast("float32", VALS[VO[k] + entry[SRC[k]]])
+
+    return ctr
