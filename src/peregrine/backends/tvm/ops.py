@@ -1,8 +1,9 @@
 """One Relax lowering per IR op, in a table keyed by Op (mirrors the op rules in
 ``ir/semantics``, operation for operation and dtype for dtype, as the torch lowerings do), and
 the declared fallbacks: an op without a lowering here runs its NumPy rule, called from the
-compiled program as a packed function (``fallback_ops()``; listed in docs/tvm.md). The column
-featurizers' lowerings are in ``ops_columns.py``, which the package imports.
+compiled program as a packed function (``fallback_ops()``; listed in docs/tvm.md). The other
+lowerings are in ``ops_columns.py`` (column featurizers, interpolation), ``ops_votes.py`` and
+``ops_ctr.py``, which the package imports.
 
 A lowering takes the build context, the node and its input values (Relax expressions, each with
 its dtype in its struct info) and returns the node's value. Casts are explicit: NumPy promotes
@@ -61,6 +62,11 @@ def dtype_of(x: relax.Expr) -> str:
     return str(x.ty.dtype)
 
 
+def width_of(x: relax.Expr) -> int:
+    """The column count of a 2-d value."""
+    return int(relax.BlockBuilder.current().normalize(x).ty.shape[1])
+
+
 def cast(x: relax.Expr, dtype: str) -> relax.Expr:
     return x if dtype_of(x) == dtype else R.astype(x, dtype)
 
@@ -99,7 +105,7 @@ def lower_replace_with_nan(ctx: Context, node: Node, ins: list) -> relax.Expr:
 def lower_tree_ensemble(ctx: Context, node: Node, ins: list) -> relax.Expr:
     forest = node.attrs.forest
     x = ins[0]
-    width = int(relax.BlockBuilder.current().normalize(x).ty.shape[1])
+    width = width_of(x)
     key = (node.name, dtype_of(x))
     if key not in ctx.shared:
         plan = plan_forest(forest, np.dtype(dtype_of(x)), width, ctx.options)
@@ -352,4 +358,5 @@ def fallback_ops() -> frozenset[Op]:
     return frozenset(op for op in Op if op is not Op.INPUT) - frozenset(LOWERINGS)
 
 
-__all__ = ["LOWERINGS", "RULE_UFUNCS", "Context", "fallback_ops", "lower_node", "rule_only"]
+__all__ = ["LOWERINGS", "RULE_UFUNCS", "Context", "fallback_ops", "lower_node", "rule_only",
+           "width_of"]

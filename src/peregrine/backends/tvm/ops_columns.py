@@ -1,6 +1,6 @@
 """Relax lowerings of the column featurizers: one-hot and category codes, polynomial terms,
-bins, range checks and element-wise ufuncs, each mirroring its NumPy rule in
-``ir/semantics`` (``pipeline.py``, ``core.py``, ``transformers.py``).
+bins, range checks, element-wise ufuncs and interpolation (INTERP, QUANTILE), each mirroring
+its NumPy rule in ``ir/semantics`` (``pipeline.py``, ``core.py``, ``transformers.py``).
 
 Matching and counting are done as comparisons against constant tables, so the results are
 exact: an indicator is a 0/1 value, a slot shared by several categories (scikit-learn's
@@ -30,6 +30,7 @@ from peregrine.backends.tvm.ops import (
     f64,
     lowering,
     rule_only,
+    width_of,
 )
 from peregrine.ir import Node, Op
 from peregrine.ir.ops import UFUNCS as ALL_UFUNCS
@@ -50,10 +51,6 @@ def _equal(v: relax.Expr, cats: np.ndarray, nan_matches: bool) -> relax.Expr:
     if nan_matches and nan.any():
         hit = R.logical_or(hit, R.logical_and(R.isnan(v), const(nan, "bool")))
     return hit
-
-
-def _width(x: relax.Expr) -> int:
-    return int(relax.BlockBuilder.current().normalize(x).ty.shape[1])
 
 
 def _largest_of(values: relax.Expr, members: list[list[int]], none: int) -> relax.Expr:
@@ -133,7 +130,7 @@ def _codes(x: relax.Expr, columns: Any, categories: Any, codes: Any, unknown: An
     code = R.take(const(code_table.reshape(-1)), flat, axis=0)
     enc = R.where(found, code, const(np.asarray(unknown, np.float64).reshape(1, m)))
     # back into place: listed columns take their code, the others pass through
-    width = _width(x)
+    width = width_of(x)
     listed = np.zeros(width, dtype=bool)
     where = np.zeros(width, dtype=np.int64)
     for i, j in enumerate(columns):

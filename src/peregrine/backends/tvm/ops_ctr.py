@@ -10,7 +10,7 @@ import numpy as np
 from tvm import relax
 
 from peregrine.backends.tvm import kernels
-from peregrine.backends.tvm.ops import Context, const, f64, lowering
+from peregrine.backends.tvm.ops import Context, const, f64, lowering, width_of
 from peregrine.ir import Node, Op
 
 # the kernel's tables, in its argument order, with their dtypes
@@ -29,7 +29,7 @@ def _table(value: Any, dtype: str) -> relax.Constant:
 @lowering(Op.CTR_LOOKUP)
 def lower_ctr_lookup(ctx: Context, node: Node, ins: list) -> relax.Expr:
     a, x = node.attrs, f64(ins[0])
-    width = int(relax.BlockBuilder.current().normalize(x).ty.shape[1])
+    width = width_of(x)
     key = ("ctr", node.name)
     if key not in ctx.shared:
         name = f"ctr_{len(ctx.shared)}"
