@@ -21,14 +21,8 @@ import peregrine  # noqa: E402
 from peregrine.export.onnx import session  # noqa: E402
 from peregrine.export.onnx_graph import Emitter  # noqa: E402
 from peregrine.export.onnx_lookup import lower_interp  # noqa: E402
-
-TABLES = [
-    ([0.0, 1.0, 2.0, 5.0], [0.0, 0.5, 0.5, 1.0]),  # a flat segment
-    ([-1.0, 0.0, 0.0, 0.0, 3.0], [1.0, 2.0, 3.0, 4.0, 4.5]),  # repeated xp
-    ([0.25], [7.0]),  # one point
-    ([0.0, 1e-300, 1.0, 1e300], [1.0, 1.0, -2.0, 3.0]),
-    ([-3.0, 3.0], [5.0, 5.0]),  # flat everywhere: inf x takes NumPy's fallbacks
-]
+from tests.interp_cases import TABLES, assert_numpys  # noqa: E402
+from tests.interp_cases import rows as interp_rows  # noqa: E402
 
 
 def _lowered(tables, left, right):
@@ -52,21 +46,9 @@ def test_interp_bit_equal_to_numpy():
     rng = np.random.default_rng(0)
     left = [-7.0, np.nan, -1.0, 0.5, 11.0]
     right = [9.0, 8.0, np.inf, -0.5, 12.0]
-    cols = []
-    for xp, _ in TABLES:
-        xp = np.asarray(xp)
-        special = np.concatenate([xp, np.nextafter(xp, -np.inf), np.nextafter(xp, np.inf),
-                                  [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e308]])
-        pool = np.concatenate([special, rng.uniform(xp.min() - 2, xp.max() + 2, 200)])
-        cols.append(rng.choice(pool, 1000))
-    X = np.stack(cols, axis=1)
-    X[:len(TABLES[0][0]) * 3 + 6] = np.nan  # whole NaN rows too
-    X[0, :] = [0.0, 0.0, 0.25, 1e-300, 0.0]  # exact hits
+    X = interp_rows(TABLES, rng, 1000, [0.0, 0.0, 0.25, 1e-300, 0.0])
     got = _lowered(TABLES, left, right).run(None, {"X": X})[0]
-    for j, (xp, fp) in enumerate(TABLES):
-        with np.errstate(invalid="ignore"):
-            want = np.interp(X[:, j], xp, fp, left=left[j], right=right[j])
-        np.testing.assert_array_equal(got[:, j], want, err_msg=f"column {j}")
+    assert_numpys(got, X, TABLES, left, right)
 
 
 @pytest.mark.parametrize("k", [2, 3])

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import peregrine
+from tests import interp_cases
 
 pytest.importorskip("tvm")
 
@@ -225,12 +226,7 @@ def test_one_hot_and_ufunc_in_one_column_transformer():
     _check(model, rows, ["predict_proba", "predict"])
 
 
-INTERP_TABLES = [
-    ([0.0, 1.0, 2.0, 5.0], [0.0, 0.5, 0.5, 1.0]),  # a flat segment
-    ([-1.0, 0.0, 0.0, 0.0, 3.0], [1.0, 2.0, 3.0, 4.0, 4.5]),  # repeated xp
-    ([0.25], [7.0]),  # one point
-    ([0.0, 1e-300, 1.0, 1e300], [1.0, 1.0, -2.0, 3.0]),
-    ([-3.0, 3.0], [5.0, 5.0]),  # flat everywhere: inf x takes NumPy's fallbacks
+INTERP_TABLES = interp_cases.TABLES + [
     (list(np.linspace(-4, 4, 1000)), list(np.tanh(np.linspace(-4, 4, 1000)))),  # long
 ]
 
@@ -277,21 +273,9 @@ def test_interp_bit_equal_to_numpy():
     rng = np.random.default_rng(8)
     left = [-7.0, np.nan, -1.0, 0.5, 11.0, -2.0]
     right = [9.0, 8.0, np.inf, -0.5, 12.0, 2.0]
-    cols = []
-    for xp, _ in INTERP_TABLES:
-        xp = np.asarray(xp)
-        special = np.concatenate([xp, np.nextafter(xp, -np.inf), np.nextafter(xp, np.inf),
-                                  [np.inf, -np.inf, np.nan, 0.0, -0.0, 1e308]])
-        pool = np.concatenate([special, rng.uniform(xp.min() - 2, xp.max() + 2, 200)])
-        cols.append(rng.choice(pool, 3000))
-    X = np.stack(cols, axis=1)
-    X[:20] = np.nan  # whole NaN rows too
-    X[20, :] = [0.0, 0.0, 0.25, 1e-300, 0.0, 0.0]  # exact hits
+    X = interp_cases.rows(INTERP_TABLES, rng, 3000, [0.0, 0.0, 0.25, 1e-300, 0.0, 0.0])
     got = _interp_program(INTERP_TABLES, left, right)(X)
-    for j, (xp, fp) in enumerate(INTERP_TABLES):
-        with np.errstate(invalid="ignore"):
-            want = np.interp(X[:, j], xp, fp, left=left[j], right=right[j])
-        np.testing.assert_array_equal(got[:, j], want, err_msg=f"column {j}")
+    interp_cases.assert_numpys(got, X, INTERP_TABLES, left, right)
 
 
 @pytest.mark.parametrize("k", [2, 3])
