@@ -191,6 +191,22 @@ def test_bound_is_finite(name, low, high):
     assert low <= m <= high
 
 
+# the analysis for float32 inputs keeps every node within float32's range: |x.v| for the
+# linear kernel, (gamma |x.v| + coef0) ** 3 for poly
+@pytest.mark.parametrize("kernel,low", [("rbf", 2.0**127), ("linear", 2.0**120),
+                                        ("sigmoid", 2.0**127), ("cosine", 2.0**127),
+                                        ("poly", 2.0**36)])
+def test_kernel_pca_bound_is_finite(kernel, low):
+    """KERNEL's rule: bounded kernel values (rbf, sigmoid, cosine) or products of bounded
+    rows, while no intermediate can overflow (the expanded rbf distance's inf - inf). Without
+    it every KernelPCA call evaluated the kernel a second time by the reference rules."""
+    from sklearn.decomposition import KernelPCA
+
+    model = KernelPCA(2, kernel=kernel, gamma=0.3, degree=3).fit(X)
+    _, m = guards(peregrine.compile(model, backend="reference").spec)
+    assert low <= m <= 2.0**128
+
+
 def test_log_of_zero_checks_every_row():
     """log(0) = -inf, which the tree refuses: no magnitude bound protects a zero row."""
     p = PIPES[("log_tree", np.float64)]

@@ -311,6 +311,38 @@ def _rowwise(n: Any, a: Any, ins: list, m: float) -> Interval:  # NORMALIZE: |x_
     return _fixed(n, -1.0, 1.0, ins[0][2].any())
 
 
+def _kernel(n: Any, a: Any, ins: list, m: float) -> Interval | None:
+    """KERNEL (``ir/semantics/kernels.py``), each row against each vector, then
+    KernelCenterer's centring. None (no bound) wherever an intermediate may overflow: there the
+    expanded rbf distance can be ``inf - inf`` (NaN; scikit-learn's KernelPCA then raises),
+    so the bisection settles on an M below it (about 1e153 for a few features)."""
+    lo, hi, nan = ins[0]
+    v = np.asarray(a.vectors, dtype=np.float64)
+    w = v.shape[0]
+    mag = np.maximum(np.abs(lo), np.abs(hi))
+    xx = float(np.sum(mag * mag))  # |x|^2
+    dot = np.abs(v) @ mag  # |x.v| per vector
+    vv = np.einsum("ij,ij->i", v, v)
+    limit = _MAX64 / 4  # room for the rounding of the sums and the -2 x.v + ... steps
+    if not (xx < limit and float(dot.max(initial=0.0)) < limit and float(vv.max(initial=0.0)) < limit):
+        return None
+    kind, any_nan = str(a.kind), np.full(w, nan.any())  # NaN spreads over the row
+    if kind in ("rbf", "sigmoid", "cosine"):  # exp(-gamma d) for gamma >= 0; tanh; unit rows
+        low, high = (0.0 if kind == "rbf" and float(a.gamma) >= 0 else -np.inf if kind == "rbf"
+                     else -1.0), (1.0 if kind != "rbf" or float(a.gamma) >= 0 else np.inf)
+        k_lo, k_hi = np.full(w, low), np.full(w, high)
+    elif kind == "linear":
+        k_lo, k_hi = -dot, dot
+    else:  # poly: |gamma x.v + coef0| ** degree
+        b = (abs(float(a.gamma)) * dot + abs(float(a.coef0))) ** float(a.degree)
+        k_lo, k_hi = -b, b
+    if a.center_rows is None:
+        return k_lo, k_hi, any_nan
+    # k - center_rows - (row mean of k) + center_all; the mean lies within the row's range
+    c, call = np.asarray(a.center_rows, dtype=np.float64), float(a.center_all)
+    return (k_lo - c - float(k_hi.max()) + call, k_hi - c - float(k_lo.min()) + call, any_nan)
+
+
 # ops whose output lies in a fixed range whatever their input holds (infinity, NaN): the
 # rule needs no interval of the input (QUANTILE's NaN passes through: all flagged without one)
 _ANY_INPUT = frozenset({Op.ONE_HOT, Op.BINARIZE, Op.DIGITIZE, Op.QUANTILE, Op.TREE_ENSEMBLE})
@@ -328,6 +360,7 @@ _RULES: dict[Op, Any] = {
     Op.CLIP: _clip,
     Op.LINEAR: _linear,
     Op.POLYNOMIAL: _polynomial,
+    Op.KERNEL: _kernel,
     Op.NORMALIZE: _rowwise,
     Op.ONE_HOT: lambda n, a, ins, m: _fixed(n, 0.0, 1.0),
     Op.BINARIZE: lambda n, a, ins, m: _fixed(n, 0.0, 1.0),  # NaN > t is False: 0
