@@ -5,11 +5,13 @@ backend's cold compile time (an empty library cache).
 
     .venv/bin/python benchmarks/bench_tvm.py [--threads 1] [--rounds 5]
     .venv/bin/python benchmarks/bench_tvm.py --featurizers [--rows 100000]
+    .venv/bin/python benchmarks/bench_tvm.py --kernels [--rows 20000]
 
 ``--featurizers`` times pipelines whose featurizers TVM lowers in ``ops_columns.py`` (one-hot
 codes of float categories into a forest, ordinal codes into a forest, polynomial terms, bins,
 a ufunc) against scikit-learn and the torch backend, ``predict_proba`` on float64 rows, and
-one row at a time (best of 5 loops of 300 calls).
+one row at a time (best of 5 loops of 300 calls). ``--kernels`` does the same for kernel SVMs
+and KernelPCA (``ops_kernel.py``), with the native backend beside them.
 
 Both backends run in this one process on ``--threads`` threads (torch through
 ``CompileOptions.n_threads``, TVM's runtime through ``TVM_NUM_THREADS``, set before TVM loads).
@@ -91,34 +93,79 @@ def featurizer_models(rows: int) -> list[tuple[str, object, np.ndarray]]:
     return out
 
 
+def kernel_models(rows: int) -> list[tuple[str, object, np.ndarray, str]]:
+    """(name, fitted model, test rows, method) for ``--kernels``: kernel SVMs and KernelPCA,
+    whose KERNEL node TVM lowers in ``ops_kernel.py``."""
+    import warnings
+
+    from sklearn.decomposition import KernelPCA
+    from sklearn.svm import SVC, SVR
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(rows + 4_000, 20))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
+    fit, test = slice(0, 4_000), slice(4_000, None)
+    models = [
+        ("SVC(rbf), 4K training rows", SVC(), "decision_function"),
+        ("SVC(poly, degree 3)", SVC(kernel="poly", degree=3), "decision_function"),
+        ("SVR(rbf)", SVR(), "predict"),
+        ("KernelPCA(rbf, 8 components), 2K training rows",
+         KernelPCA(8, kernel="rbf", gamma=0.05), "transform"),
+    ]
+    out = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, model, method in models:
+            if isinstance(model, KernelPCA):
+                model.fit(X[:2_000])
+            else:
+                model.fit(X[fit], y[fit])
+            n_sv = getattr(model, "support_vectors_", np.empty((2_000, 0))).shape[0]
+            out.append((f"{name} ({n_sv} vectors)", model, np.ascontiguousarray(X[test]), method))
+    return out
+
+
 def featurizers(args: argparse.Namespace) -> None:
+    models = [(n, m, X, "predict_proba") for n, m, X in featurizer_models(args.rows)]
+    table(args, models, ("torch", "tvm"), "pipeline")
+
+
+def kernels(args: argparse.Namespace) -> None:
+    table(args, kernel_models(args.rows), ("native", "torch", "tvm"), "model")
+
+
+def table(args: argparse.Namespace, models: list, backends: tuple[str, ...], what: str) -> None:
+    """scikit-learn and ``backends`` on each model, interleaved round by round; ratios are
+    the others' time over tvm's."""
     import torch
     import tvm
 
     import peregrine
 
     options = peregrine.CompileOptions(n_threads=args.threads)
+    systems = ("sklearn", *backends)
     print(f"CPU: {cpu_model()}; threads {args.threads}; {args.rows} float64 rows; torch "
-          f"{torch.__version__}, tvm {tvm.__version__}; predict_proba, best of "
-          f"{args.rounds} x {args.repeat}")
-    print("| pipeline | scikit-learn s | torch s | tvm s | sklearn / tvm | torch / tvm | "
-          "one row: scikit-learn / torch / tvm us | tvm fallbacks | max diff |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, model, X in featurizer_models(args.rows):
-        fast = {b: peregrine.compile(model, b, options=options) for b in ("torch", "tvm")}
-        best = {"sklearn": np.inf, "torch": np.inf, "tvm": np.inf}
-        calls = {"sklearn": model.predict_proba, "torch": fast["torch"].predict_proba,
-                 "tvm": fast["tvm"].predict_proba}
+          f"{torch.__version__}, tvm {tvm.__version__}; best of {args.rounds} x {args.repeat}")
+    print(f"| {what} | method | " + " | ".join(f"{k} s" for k in systems) + " | "
+          + " | ".join(f"{k} / tvm" for k in systems if k != "tvm")
+          + " | one row: " + " / ".join(systems) + " us | tvm fallbacks | max diff |")
+    print("|---" * (2 * len(systems) + 4) + "|")
+    for name, model, X, method in models:
+        fast = {b: peregrine.compile(model, b, options=options) for b in backends}
+        calls = {"sklearn": getattr(model, method),
+                 **{b: getattr(fast[b], method) for b in backends}}
+        best = dict.fromkeys(calls, np.inf)
         for _ in range(args.rounds):
             for key, fn in calls.items():
                 best[key] = min(best[key], best_time(fn, X, args.repeat))
         one = {key: one_row_us(fn, X[:1]) for key, fn in calls.items()}
-        diff = float(np.abs(fast["tvm"].predict_proba(X) - model.predict_proba(X)).max())
+        diff = float(np.abs(calls["tvm"](X) - calls["sklearn"](X)).max())
         fb = fast["tvm"].explain_dict()["backend_choices"].get("fallback_ops", [])
-        print(f"| {name} | {best['sklearn']:.4f} | {best['torch']:.4f} | {best['tvm']:.4f} | "
-              f"{best['sklearn'] / best['tvm']:.2f}x | {best['torch'] / best['tvm']:.2f}x | "
-              f"{one['sklearn']:.0f} / {one['torch']:.1f} / {one['tvm']:.0f} | "
-              f"{', '.join(fb) or 'none'} | {diff:.1e} |", flush=True)
+        print(f"| {name} | `{method}` | " + " | ".join(f"{best[k]:.4f}" for k in systems)
+              + " | " + " | ".join(f"{best[k] / best['tvm']:.2f}x" for k in systems
+                                   if k != "tvm")
+              + " | " + " / ".join(f"{one[k]:.1f}" for k in systems)
+              + f" | {', '.join(fb) or 'none'} | {diff:.1e} |", flush=True)
 
 
 def one_row_us(fn, row: np.ndarray, calls: int = 300, loops: int = 5) -> float:
@@ -142,12 +189,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", default="xgboost,lightgbm,rf")
     parser.add_argument("--featurizers", action="store_true",
                         help="time the featurizer pipelines instead of the tree models")
+    parser.add_argument("--kernels", action="store_true",
+                        help="time kernel SVMs and KernelPCA instead of the tree models")
     parser.add_argument("--rows", type=int, default=100_000)
     args = parser.parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
     os.environ["PEREGRINE_CACHE_DIR"] = tempfile.mkdtemp(prefix="peregrine-bench-tvm-")
     if args.featurizers:
         featurizers(args)
+        return
+    if args.kernels:
+        kernels(args)
         return
 
     import torch

@@ -8,6 +8,7 @@ reaches scikit-learn's KernelCenterer."""
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 
 import numpy as np
@@ -20,7 +21,8 @@ from peregrine.errors import InputError
 from peregrine.ir.semantics.kernels import far_rows_vanish, overflowed_rows
 
 RTOL, ATOL = 1e-5, 1e-6
-BACKENDS = ["reference", "native", "torch", "torchscript"]
+BACKENDS = ["reference", "native", "torch", "torchscript"] + (
+    ["tvm"] if importlib.util.find_spec("tvm") else [])  # the extra: CI installs it
 
 rng = np.random.default_rng(0)
 X = rng.normal(size=(120, 4))
@@ -110,11 +112,13 @@ def test_a_tiny_gamma_is_not_fused():
         assert (step is not None) is fused
 
 
-@pytest.mark.parametrize("backend", ["reference", "native", "torch"])
+@pytest.mark.parametrize("backend", ["reference", "native", "torch", "tvm"])
 def test_kernel_pca_raises_where_its_centerer_does(backend):
     """KernelPCA's rbf is sklearn.metrics.pairwise's expanded distance, inf - inf = NaN on
     some far rows, and its KernelCenterer re-validates the kernel: scikit-learn raises on
     those rows, the compiled model raises InputError; on the others both answer alike."""
+    if backend == "tvm":
+        pytest.importorskip("tvm")
     model = KernelPCA(2, kernel="rbf", gamma=0.3).fit(X)
     compiled = peregrine.compile(model, backend=backend)
     raised = 0

@@ -190,7 +190,11 @@ def rule_only(node: Node) -> bool:
     """A node of a lowered op that still runs its NumPy rule: XGBoost's float32 sigmoid and
     softmax (LINK float32), whose bits are the C library's expf (ir/semantics/libm32.py),
     which the rule calls, where TVM's own exp would round differently; and the ufuncs of
-    ``RULE_UFUNCS``; and QuantileTransformer's normal output (scipy's ndtri)."""
+    ``RULE_UFUNCS``; QuantileTransformer's normal output (scipy's ndtri); and the KERNEL
+    kinds ``ops_kernel.py`` leaves to the rule (sigmoid's tanh, cosine, the float power)."""
+    if node.op is Op.KERNEL:
+        a = node.attrs
+        return a.kind in ("sigmoid", "cosine") or (a.kind == "poly" and a.form != "libsvm")
     if node.op is Op.UFUNC:
         return node.attrs.name in RULE_UFUNCS
     if node.op is Op.QUANTILE:
