@@ -122,3 +122,31 @@ def test_float32_results_in_row_chunks(threads):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(got[5:6], cm.predict_proba(X[5:6]))
     np.testing.assert_array_equal(cm.predict(X), model.predict(X))
+
+
+@pytest.mark.parametrize("backend", ["reference", "native", "torch", "tvm"])
+def test_method_dtype_holds_when_the_graph_computes_in_float32(backend):
+    """A runner that declares no dtype used to be taken as returning the method's float64
+    (``np.dtype("float64") == None`` holds), so a float32 graph output (a network's layer)
+    came back float32 from the fast path and float64 from the generic one."""
+    from peregrine.backends import available_backends
+    from peregrine.ir import GraphBuilder, Op
+    from peregrine.ir.spec import MethodSpec, ModelSpec
+    from peregrine.options import CompileOptions
+    from peregrine.runtime.compiled import build
+
+    if backend not in available_backends():
+        pytest.skip(f"backend {backend} not available")
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(6, 4)).astype(np.float32).astype(np.float64)
+    g = GraphBuilder()
+    layer = g.add(Op.DENSE, (g.input(6),), width=4, weight=w, bias=np.zeros(4),
+                  net_dtype="float32")
+    spec = ModelSpec(graph=g.build({"transform": layer}), n_features=6, source="test.Dense",
+                     methods={"transform": MethodSpec("transform")})  # dtype float64
+    cm = build(spec, backend, CompileOptions(), "cpu")
+    X = rng.normal(size=(5, 6))
+    for rows in (X, X[:1], X.astype(np.float32)):
+        out = cm.transform(rows)
+        assert out.dtype == np.float64
+        np.testing.assert_array_equal(out, cm._call("transform", rows))
