@@ -6,12 +6,14 @@ backend's cold compile time (an empty library cache).
     .venv/bin/python benchmarks/bench_tvm.py [--threads 1] [--rounds 5]
     .venv/bin/python benchmarks/bench_tvm.py --featurizers [--rows 100000]
     .venv/bin/python benchmarks/bench_tvm.py --kernels [--rows 20000]
+    .venv/bin/python benchmarks/bench_tvm.py --networks [--rows 100000]
 
 ``--featurizers`` times pipelines whose featurizers TVM lowers in ``ops_columns.py`` (one-hot
 codes of float categories into a forest, ordinal codes into a forest, polynomial terms, bins,
 a ufunc) against scikit-learn and the torch backend, ``predict_proba`` on float64 rows, and
 one row at a time (best of 5 loops of 300 calls). ``--kernels`` does the same for kernel SVMs
-and KernelPCA (``ops_kernel.py``), with the native backend beside them.
+and KernelPCA (``ops_kernel.py``), ``--networks`` for PyTorch networks in pipelines
+(``ops_nn.py``), with the native backend beside them.
 
 Both backends run in this one process on ``--threads`` threads (torch through
 ``CompileOptions.n_threads``, TVM's runtime through ``TVM_NUM_THREADS``, set before TVM loads).
@@ -125,6 +127,42 @@ def kernel_models(rows: int) -> list[tuple[str, object, np.ndarray, str]]:
     return out
 
 
+def network_models(rows: int) -> list[tuple[str, object, np.ndarray, str]]:
+    """(name, fitted pipeline, test rows, method) for ``--networks``: PyTorch networks inside
+    pipelines (TorchStep), whose layers TVM lowers in ``ops_nn.py``."""
+    import torch
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from torch import nn
+
+    from peregrine import TorchStep
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(rows + 5_000, 20)).astype(np.float32)
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
+    fit, test = slice(0, 5_000), slice(5_000, None)
+    mlp = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 32), nn.BatchNorm1d(32),
+                        nn.SiLU(), nn.Linear(32, 8)).eval()
+    head = nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 3), nn.Softmax(dim=1))
+    models = [
+        ("StandardScaler -> TorchStep(20-64-32-8, ReLU, BatchNorm, SiLU) -> LogisticRegression",
+         make_pipeline(StandardScaler(), TorchStep(mlp), LogisticRegression(max_iter=300)),
+         "predict_proba"),
+        ("TorchStep(20-32-3, ReLU, Softmax) alone", TorchStep(head.eval()), "transform"),
+    ]
+    out = []
+    for name, model, method in models:
+        model.fit(X[fit], y[fit])
+        out.append((name, model, np.ascontiguousarray(X[test]), method))
+    return out
+
+
+def networks(args: argparse.Namespace) -> None:
+    table(args, network_models(args.rows), ("native", "torch", "tvm"), "pipeline")
+
+
 def featurizers(args: argparse.Namespace) -> None:
     models = [(n, m, X, "predict_proba") for n, m, X in featurizer_models(args.rows)]
     table(args, models, ("torch", "tvm"), "pipeline")
@@ -144,7 +182,7 @@ def table(args: argparse.Namespace, models: list, backends: tuple[str, ...], wha
 
     options = peregrine.CompileOptions(n_threads=args.threads)
     systems = ("sklearn", *backends)
-    print(f"CPU: {cpu_model()}; threads {args.threads}; {args.rows} float64 rows; torch "
+    print(f"CPU: {cpu_model()}; threads {args.threads}; {args.rows} rows; torch "
           f"{torch.__version__}, tvm {tvm.__version__}; best of {args.rounds} x {args.repeat}")
     print(f"| {what} | method | " + " | ".join(f"{k} s" for k in systems) + " | "
           + " | ".join(f"{k} / tvm" for k in systems if k != "tvm")
@@ -189,6 +227,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", default="xgboost,lightgbm,rf")
     parser.add_argument("--featurizers", action="store_true",
                         help="time the featurizer pipelines instead of the tree models")
+    parser.add_argument("--networks", action="store_true",
+                        help="time PyTorch networks in pipelines (TorchStep)")
     parser.add_argument("--kernels", action="store_true",
                         help="time kernel SVMs and KernelPCA instead of the tree models")
     parser.add_argument("--rows", type=int, default=100_000)
@@ -200,6 +240,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.kernels:
         kernels(args)
+        return
+    if args.networks:
+        networks(args)
         return
 
     import torch

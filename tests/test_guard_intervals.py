@@ -84,8 +84,29 @@ def _pipelines():
     }
 
 
+def _network():
+    """A TorchStep network into a linear model: float32 layers whose output can overflow
+    float32 (a large input times its weights), which LogisticRegression then refuses."""
+    torch = pytest.importorskip("torch")
+    from peregrine import TorchStep
+
+    torch.manual_seed(0)
+    nn = torch.nn
+    net = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 4), nn.BatchNorm1d(4),
+                        nn.SiLU(), nn.Linear(4, 3), nn.Softmax(dim=1)).eval()
+    net[3].running_var.fill_(0.5)
+    return make_pipeline(TorchStep(net), LogisticRegression())
+
+
+def _network_pipes():
+    try:
+        return {"net_logistic": _network()}
+    except pytest.skip.Exception:
+        return {}
+
+
 PIPES = {(k, dt): p.fit(X.astype(dt), y) for dt in (np.float64, np.float32)
-         for k, p in _pipelines().items()}
+         for k, p in {**_pipelines(), **_network_pipes()}.items()}
 VALUES = [0.0, 0.5, -0.5, -1.0, -2.0, 30.0, 100.0, 800.0, 1e10, 1e20, 1e35, 3e38, 1e155, 1e300,
           np.inf, -np.inf, np.nan]
 
@@ -129,7 +150,7 @@ def _agree(c, p, Xt, method="predict"):
 
 @pytest.mark.parametrize("backend", ["reference", "native"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=["f64", "f32"])
-@pytest.mark.parametrize("name", sorted(_pipelines()))
+@pytest.mark.parametrize("name", sorted({**_pipelines(), **_network_pipes()}))
 def test_raises_where_sklearn_raises(name, dtype, backend):
     p = PIPES[(name, dtype)]
     c = peregrine.compile(p, backend=backend)
@@ -205,6 +226,16 @@ def test_kernel_pca_bound_is_finite(kernel, low):
     model = KernelPCA(2, kernel=kernel, gamma=0.3, degree=3).fit(X)
     _, m = guards(peregrine.compile(model, backend="reference").spec)
     assert low <= m <= 2.0**128
+
+
+def test_network_bound_is_finite():
+    """DENSE, BATCH_NORM and ACTIVATION have interval rules (each float32 layer's bound kept
+    inside float32's range): without them every call of a pipeline with a network before a
+    step that re-validates evaluated the network a second time by the reference rules."""
+    if ("net_logistic", np.float64) not in PIPES:
+        pytest.skip("torch is not installed")
+    _, m = guards(peregrine.compile(PIPES[("net_logistic", np.float64)], "reference").spec)
+    assert 2.0**100 <= m <= 2.0**128
 
 
 def test_log_of_zero_checks_every_row():

@@ -43,7 +43,7 @@ from peregrine import TorchStep  # noqa: E402
 from peregrine.backends import available_backends  # noqa: E402
 from peregrine.errors import InputError, UnsupportedModelError  # noqa: E402
 
-BACKENDS = ["reference", "torch", "torchscript", "native"]
+BACKENDS = ["reference", "torch", "torchscript", "native", "tvm"]  # tvm: skipped without it
 RTOL, ATOL = 1e-5, 1e-6
 D = 6
 RNG = np.random.default_rng(7)

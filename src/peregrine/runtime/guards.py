@@ -343,6 +343,88 @@ def _kernel(n: Any, a: Any, ins: list, m: float) -> Interval | None:
     return (k_lo - c - float(k_hi.max()) + call, k_hi - c - float(k_lo.min()) + call, any_nan)
 
 
+# A PyTorch network's layers (ir/semantics/nn.py) compute in the network's dtype: a float32
+# layer rounds its input to float32 (infinite past float32's range) and each of its sums
+# rounds d + 1 times, so its exact-arithmetic bound is widened by that, and a bound reaching
+# float32's range fails the check whatever the input dtype (the analysis's float64 pass
+# would otherwise let a float32 network overflow).
+_F32_EPS = 2.0**-23  # twice float32's unit roundoff: one rounding of a product and a sum
+
+
+def _net(a: Any, lo: np.ndarray, hi: np.ndarray, nan: np.ndarray, roundings: int = 1) -> Interval:
+    if a.net_dtype != "float32":
+        return lo, hi, nan
+    pad = np.maximum(np.abs(lo), np.abs(hi)) * roundings * _F32_EPS
+    lo, hi = lo - pad, hi + pad
+    if not _within((lo, hi), FLOAT32_OVERFLOW):
+        return np.full(lo.shape, -np.inf), np.full(hi.shape, np.inf), nan
+    return lo, hi, nan
+
+
+def _net_input(a: Any, v: Interval) -> Interval | None:
+    """The input as the network reads it: rounded to float32 (None where it may overflow)."""
+    if a.net_dtype == "float32" and not _within(v[:2], FLOAT32_OVERFLOW):
+        return None
+    return v
+
+
+def _dense(n: Any, a: Any, ins: list, m: float) -> Interval | None:
+    v = _net_input(a, ins[0])
+    if v is None:
+        return None
+    lo, hi, nan = _linear(n, a, [v], m)
+    return _net(a, lo, hi, nan, roundings=np.shape(a.weight)[0] + 1)
+
+
+def _batch_norm(n: Any, a: Any, ins: list, m: float) -> Interval | None:
+    v = _net_input(a, ins[0])
+    if v is None:
+        return None
+    alpha, beta = a.terms()
+    return _net(a, *_ends(v[0] * alpha + beta, v[1] * alpha + beta, v[2]))
+
+
+# lower ends of the activations below zero (their minima over the line, rounded down)
+_ACTIVATION_FLOOR = {"silu": -0.2785, "gelu": -0.1701, "mish": -0.3089}
+
+
+def _activation(n: Any, a: Any, ins: list, m: float) -> Interval | None:
+    v = _net_input(a, ins[0])
+    if v is None:
+        return None
+    lo, hi, nan = v
+    kind, w = str(a.kind), lo.size
+    if kind in ("softmax", "log_softmax"):  # a NaN anywhere in the row spreads over it
+        nan = np.full(w, nan.any())
+    if kind == "identity":
+        out = (lo, hi)
+    elif kind == "relu":
+        out = (np.maximum(lo, 0.0), np.maximum(hi, 0.0))
+    elif kind == "hardtanh":
+        low, high = a.param("low"), a.param("high")
+        out = (np.clip(lo, low, high), np.clip(hi, low, high))
+    elif kind == "leaky_relu":  # x or alpha x: within alpha-scaled and plain ends
+        ends = [lo, hi, lo * a.param("alpha"), hi * a.param("alpha")]
+        out = (np.minimum(np.min(ends, axis=0), 0.0), np.maximum(np.max(ends, axis=0), 0.0))
+    elif kind in ("sigmoid", "softmax"):
+        out = (np.zeros(w), np.ones(w))
+    elif kind == "tanh":
+        out = (-np.ones(w), np.ones(w))
+    elif kind in _ACTIVATION_FLOOR:  # at most max(x, 0)
+        out = (np.full(w, _ACTIVATION_FLOOR[kind]), np.maximum(hi, 0.0))
+    elif kind == "elu":  # x scale for x > 0, else within alpha scale of 0
+        b = np.maximum(np.abs(lo), np.abs(hi)) * abs(a.param("scale")) + abs(
+            a.param("alpha") * a.param("scale"))
+        out = (-b, b)
+    elif kind == "softplus" and a.param("beta") > 0:  # max(x, 0) < softplus <= that + ln2/b
+        out = (np.zeros(w), np.maximum(hi, 0.0) + math.log(2.0) / a.param("beta"))
+    elif kind == "log_softmax":  # x - max - log(sum), the sum >= 1: between lo - hi - log w
+        out = (np.full(w, float(lo.min() - hi.max()) - math.log(w)), np.zeros(w))
+    else:
+        return None
+    return _net(a, out[0], out[1], nan, roundings=2)
+
+
 # ops whose output lies in a fixed range whatever their input holds (infinity, NaN): the
 # rule needs no interval of the input (QUANTILE's NaN passes through: all flagged without one)
 _ANY_INPUT = frozenset({Op.ONE_HOT, Op.BINARIZE, Op.DIGITIZE, Op.QUANTILE, Op.TREE_ENSEMBLE})
@@ -361,6 +443,9 @@ _RULES: dict[Op, Any] = {
     Op.LINEAR: _linear,
     Op.POLYNOMIAL: _polynomial,
     Op.KERNEL: _kernel,
+    Op.DENSE: _dense,
+    Op.BATCH_NORM: _batch_norm,
+    Op.ACTIVATION: _activation,
     Op.NORMALIZE: _rowwise,
     Op.ONE_HOT: lambda n, a, ins, m: _fixed(n, 0.0, 1.0),
     Op.BINARIZE: lambda n, a, ins, m: _fixed(n, 0.0, 1.0),  # NaN > t is False: 0

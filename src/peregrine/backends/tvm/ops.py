@@ -20,7 +20,7 @@ import numpy as np
 from tvm import relax
 from tvm.relax import op as R
 
-from peregrine.backends.tvm import kernels
+from peregrine.backends.tvm import kernels, kernels_nn
 from peregrine.backends.tvm.trees import forest_constants, forest_walk, plan_forest
 from peregrine.ir import Link, Node, Op
 from peregrine.ir.semantics.row_sums import ADD as ROW_SUM_ADD
@@ -186,15 +186,30 @@ RULE_UFUNCS = frozenset({"exp", "sin", "cos", "arcsinh", "log1p", "expm1", "tanh
                          "log10", "exp2", "cbrt"})
 
 
+# ACTIVATION kinds ops_nn.py lowers: exact in any dtype, and through exp / log (the C
+# library's, an ulp from NumPy's in float64: lowered for float32 networks, which round it away)
+EXACT_ACTIVATIONS = frozenset({"identity", "relu", "hardtanh", "leaky_relu"})
+LIBM_ACTIVATIONS = frozenset({"sigmoid", "silu", "softmax", "log_softmax"})
+
+
 def rule_only(node: Node) -> bool:
     """A node of a lowered op that still runs its NumPy rule: XGBoost's float32 sigmoid and
     softmax (LINK float32), whose bits are the C library's expf (ir/semantics/libm32.py),
     which the rule calls, where TVM's own exp would round differently; and the ufuncs of
     ``RULE_UFUNCS``; QuantileTransformer's normal output (scipy's ndtri); and the KERNEL
-    kinds ``ops_kernel.py`` leaves to the rule (sigmoid's tanh, cosine, the float power)."""
+    kinds ``ops_kernel.py`` leaves to the rule (sigmoid's tanh, cosine, the float power); and
+    the network layers ``ops_nn.py`` leaves to it (float64 networks, wide DENSE layers, the
+    activations through tanh, expm1, log1p or erf)."""
     if node.op is Op.KERNEL:
         a = node.attrs
         return a.kind in ("sigmoid", "cosine") or (a.kind == "poly" and a.form != "libsvm")
+    if node.op in (Op.DENSE, Op.BATCH_NORM, Op.ACTIVATION):
+        a = node.attrs
+        if node.op is Op.ACTIVATION:
+            exact = a.kind in EXACT_ACTIVATIONS
+            return not (exact or (a.kind in LIBM_ACTIVATIONS and a.net_dtype == "float32"))
+        return a.net_dtype != "float32" or (
+            node.op is Op.DENSE and np.shape(a.weight)[0] > kernels_nn.MAX_INPUTS)
     if node.op is Op.UFUNC:
         return node.attrs.name in RULE_UFUNCS
     if node.op is Op.QUANTILE:
