@@ -7,6 +7,7 @@ backend's cold compile time (an empty library cache).
     .venv/bin/python benchmarks/bench_tvm.py --featurizers [--rows 100000]
     .venv/bin/python benchmarks/bench_tvm.py --kernels [--rows 20000]
     .venv/bin/python benchmarks/bench_tvm.py --networks [--rows 100000]
+    .venv/bin/python benchmarks/bench_tvm.py --scalers [--rows 100000]
 
 ``--featurizers`` times pipelines whose featurizers TVM lowers in ``ops_columns.py`` (one-hot
 codes of float categories into a forest, ordinal codes into a forest, polynomial terms, bins,
@@ -159,6 +160,17 @@ def network_models(rows: int) -> list[tuple[str, object, np.ndarray, str]]:
     return out
 
 
+def scaler_models(rows: int) -> list[tuple[str, object, np.ndarray, str]]:
+    """(name, fitted scaler, test rows, method) for ``--scalers``: wide ``transform`` outputs,
+    where handing the result over (and Relax's element-wise code) is most of a call."""
+    from sklearn.preprocessing import MinMaxScaler, StandardScaler
+
+    X = np.random.default_rng(0).normal(size=(rows, 64))
+    return [("StandardScaler, 64 columns", StandardScaler().fit(X), X, "transform"),
+            ("MinMaxScaler(clip=True), 64 columns", MinMaxScaler(clip=True).fit(X), X,
+             "transform")]
+
+
 def networks(args: argparse.Namespace) -> None:
     table(args, network_models(args.rows), ("native", "torch", "tvm"), "pipeline")
 
@@ -227,6 +239,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--models", default="xgboost,lightgbm,rf")
     parser.add_argument("--featurizers", action="store_true",
                         help="time the featurizer pipelines instead of the tree models")
+    parser.add_argument("--scalers", action="store_true",
+                        help="time scalers' transform (wide float64 outputs)")
     parser.add_argument("--networks", action="store_true",
                         help="time PyTorch networks in pipelines (TorchStep)")
     parser.add_argument("--kernels", action="store_true",
@@ -243,6 +257,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.networks:
         networks(args)
+        return
+    if args.scalers:
+        table(args, scaler_models(args.rows), ("native", "torch", "tvm"), "model")
         return
 
     import torch

@@ -204,3 +204,20 @@ def test_n_threads_sizes_tvms_pool_and_keeps_the_bits():
         outs.append(compiled.predict_proba(X))
         assert tvm.get_global_func("runtime.NumThreads")() == n
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_results_are_fresh_writable_arrays():
+    """Outputs come through DLPack without a copy: each call's are its own memory, which a
+    later call does not overwrite, and the caller may write into them."""
+    from sklearn.preprocessing import StandardScaler
+
+    X = np.random.default_rng(0).normal(size=(300, 5))
+    compiled = peregrine.compile(StandardScaler().fit(X), "tvm")
+    first = compiled.transform(X)
+    kept = first.copy()
+    second = compiled.transform(2 * X)
+    compiled.transform(X[:1])
+    np.testing.assert_array_equal(first, kept)
+    assert not np.shares_memory(first, second)
+    first[0, 0] = 42.0  # writable, and not the program's
+    np.testing.assert_array_equal(compiled.transform(X)[1:], kept[1:])

