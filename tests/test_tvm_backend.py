@@ -16,6 +16,7 @@ import peregrine
 from peregrine.errors import UnsupportedModelError
 from peregrine.options import CompileOptions, TreeStrategy
 from tests.conformance.test_conformance import CASES, _rows, assert_same
+from tests.tvm_cache import fresh_library_cache  # noqa: E402,F401 (autouse)
 
 tvm = pytest.importorskip("tvm")
 
@@ -30,16 +31,6 @@ DEFAULT = {
     "catboost-multiclass", "kernel-svc-rbf-2c-proba", "meta-vote-soft-3c",
     "tf-quantile-uniform", "onnx-xgb-binary",
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def library_cache(tmp_path_factory):
-    """A fresh library cache for this module (so cache hits and misses are this module's)."""
-    mp = pytest.MonkeyPatch()
-    path = tmp_path_factory.mktemp("tvm-cache")
-    mp.setenv("PEREGRINE_CACHE_DIR", str(path))
-    yield path
-    mp.undo()
 
 
 @pytest.fixture(scope="module")

@@ -27,13 +27,7 @@ from sklearn.preprocessing import (  # noqa: E402
     PowerTransformer,
 )
 
-
-@pytest.fixture(scope="module", autouse=True)
-def library_cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PEREGRINE_CACHE_DIR", str(tmp_path_factory.mktemp("tvm-columns")))
-    yield
-    mp.undo()
+from tests.tvm_cache import fresh_library_cache  # noqa: E402,F401 (autouse)
 
 
 def _fallbacks(compiled) -> set:

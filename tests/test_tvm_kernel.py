@@ -28,14 +28,7 @@ from peregrine.ir.spec import MethodSpec, ModelSpec  # noqa: E402
 from peregrine.options import CompileOptions  # noqa: E402
 from peregrine.runtime.compiled import build  # noqa: E402
 from tests.test_vmath import _libm_exp, _ulps  # noqa: E402
-
-
-@pytest.fixture(scope="module", autouse=True)
-def library_cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PEREGRINE_CACHE_DIR", str(tmp_path_factory.mktemp("tvm-kernel")))
-    yield
-    mp.undo()
+from tests.tvm_cache import fresh_library_cache  # noqa: E402,F401 (autouse)
 
 
 # ------------------------------------------------------------------------------ exp --

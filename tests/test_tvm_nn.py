@@ -17,18 +17,11 @@ from peregrine.ir import GraphBuilder, Op  # noqa: E402
 from peregrine.ir.spec import MethodSpec, ModelSpec  # noqa: E402
 from peregrine.options import CompileOptions  # noqa: E402
 from peregrine.runtime.compiled import build  # noqa: E402
+from tests.tvm_cache import fresh_library_cache  # noqa: E402,F401 (autouse)
 
 # at a forced x86-64-v2 level TVM's code has no FMA: each product is rounded first
 _LEVEL = config.cpu_level()
 NO_FMA = _LEVEL is not None and "+fma" not in _LEVEL.llvm_features
-
-
-@pytest.fixture(scope="module", autouse=True)
-def library_cache(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("PEREGRINE_CACHE_DIR", str(tmp_path_factory.mktemp("tvm-nn")))
-    yield
-    mp.undo()
 
 
 def _layer(op: Op, width: int, n_in: int, backend: str, **attrs):
