@@ -132,6 +132,26 @@ def test_inf_rejected_where_source_rejects(compiled):
         compiled.predict(X)
 
 
+@pytest.mark.parametrize("value", [np.inf, -np.inf])
+def test_inf_among_nan_everywhere_rejected(value):
+    """A model that accepts NaN but not infinity, with NaN in every column (so every column's
+    sum is NaN): an infinity is still found and placed, and without one the NaN rows pass."""
+    from sklearn.impute import SimpleImputer
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 5))
+    X[rng.random(X.shape) < 0.3] = np.nan
+    X[0] = np.nan
+    imputer = SimpleImputer(strategy="median").fit(X)
+    fast = peregrine.compile(imputer, "native")
+    np.testing.assert_array_equal(fast.transform(X), imputer.transform(X))
+    X[7, 3] = value
+    with pytest.raises(InputError, match="infinity at row 7, column 3"):
+        fast.transform(X)
+    with pytest.raises(ValueError):  # (scikit-learn refuses it too)
+        imputer.transform(X)
+
+
 def test_methods_match_source(compiled):
     assert hasattr(compiled, "predict_proba")
     assert not hasattr(compiled, "transform")

@@ -141,6 +141,13 @@ def _check_values(arr: np.ndarray, spec: ModelSpec, cols: Any = None) -> None:
     with np.errstate(all="ignore"):
         if np.isfinite(np.add.reduce(arr, None)):
             return
+        # Where NaN is accepted only an infinity is wrong, and the NaN-ignoring max and min
+        # find one in two contiguous passes (an all-NaN input gives NaN: examined below). The
+        # examination below copies the suspect columns: with NaN in every column (an
+        # imputer's input, 100K x 64 doubles) that took 25 ms a call, these 3.5 ms.
+        if spec.allow_nan and (np.fmax.reduce(arr, axis=None) < np.inf
+                               and np.fmin.reduce(arr, axis=None) > -np.inf):
+            return
         sums = np.add.reduce(arr, axis=0)
     suspect = ~np.isfinite(sums)
     if spec.category_maps:
