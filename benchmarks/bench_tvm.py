@@ -163,11 +163,20 @@ def network_models(rows: int) -> list[tuple[str, object, np.ndarray, str]]:
 def scaler_models(rows: int) -> list[tuple[str, object, np.ndarray, str]]:
     """(name, fitted scaler, test rows, method) for ``--scalers``: wide ``transform`` outputs,
     where handing the result over (and Relax's element-wise code) is most of a call."""
-    from sklearn.preprocessing import MinMaxScaler, StandardScaler
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import MinMaxScaler, RobustScaler, StandardScaler
 
     X = np.random.default_rng(0).normal(size=(rows, 64))
+    holes = np.where(np.random.default_rng(1).random(X.shape) < 0.05, np.nan, X)
     return [("StandardScaler, 64 columns", StandardScaler().fit(X), X, "transform"),
+            ("StandardScaler, 64 float32 columns", StandardScaler().fit(X),
+             X.astype(np.float32), "transform"),
             ("MinMaxScaler(clip=True), 64 columns", MinMaxScaler(clip=True).fit(X), X,
+             "transform"),
+            ("RobustScaler, 64 columns", RobustScaler().fit(X), X, "transform"),
+            ("SimpleImputer(median) -> StandardScaler, 64 columns", make_pipeline(
+                SimpleImputer(strategy="median"), StandardScaler()).fit(holes), holes,
              "transform")]
 
 

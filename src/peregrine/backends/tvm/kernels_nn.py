@@ -85,38 +85,6 @@ def dense32_kernel(d: int, k: int) -> Any:
     return dense32
 
 
-def map_kernel(width: int, in_dtype: str, net_dtype: str, fn: Any) -> Any:
-    """An element-wise layer as one scheduled pass: ``(x (n, width) in_dtype, a (width,), b
-    (width,)) -> y (n, width) net_dtype``, ``y = net_dtype(fn(x, a_j, b_j))`` with ``x`` the
-    input value rounded to ``net_dtype`` (the rules' ``in_dtype``), then held in float64, and
-    ``fn`` building a float64 TIR expression (``a``, ``b``: the
-    layer's per-column constants, e.g. BATCH_NORM's terms). Relax's element-wise ops on the
-    dynamic batch axis ran about 10 ns a value (a ReLU of 100K x 64 float32 values: 64 ms,
-    Intel Xeon family 6 model 207); this loop's rows run in parallel tasks and its columns
-    vectorize."""
-
-    @T.prim_func
-    def elementwise(x: T.handle, a: T.handle, b: T.handle, y: T.handle):
-        T.func_attr({"tir.noalias": True, "tirx.is_scheduled": True})
-        n = T.int64()
-        X = T.match_buffer(x, (n, width), in_dtype)
-        A = T.match_buffer(a, (width,), "float64")
-        B = T.match_buffer(b, (width,), "float64")
-        Y = T.match_buffer(y, (n, width), net_dtype)
-        for blk in T.parallel((n + ROWS - 1) // ROWS):
-            # each row through a buffer: Relax's op-pattern analysis then reads the function
-            # as opaque (checked), so its fusion leaves this scheduled loop alone
-            row = T.alloc_buffer((width,), net_dtype, scope="global")
-            for i in range(T.min(T.int64(ROWS), n - blk * ROWS)):
-                for j in range(width):
-                    row[j] = T.Cast(net_dtype, fn(T.Cast("float64", T.Cast(
-                        net_dtype, X[blk * ROWS + i, j])), A[j], B[j]))
-                for j in range(width):
-                    Y[blk * ROWS + i, j] = row[j]
-
-    return elementwise
-
-
 def softmax_kernel(width: int, in_dtype: str, log: bool) -> Any:
     """Row-wise softmax / log_softmax of a float32 network (``ir/semantics/nn.py``): per row
     ``s = float32(x - max)`` (torch's rounding), then ``exp(s) / sum`` or ``s - log(sum)`` in

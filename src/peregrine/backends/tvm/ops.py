@@ -19,8 +19,10 @@ from typing import Any
 import numpy as np
 from tvm import relax
 from tvm.relax import op as R
+from tvm.script import tirx as T
 
 from peregrine.backends.tvm import kernels, kernels_nn
+from peregrine.backends.tvm.tir_math import fenced, is_nan
 from peregrine.backends.tvm.trees import forest_constants, forest_walk, plan_forest
 from peregrine.ir import Link, Node, Op
 from peregrine.ir.semantics.row_sums import ADD as ROW_SUM_ADD
@@ -92,6 +94,29 @@ def sigmoid(x: relax.Expr) -> relax.Expr:
                    R.divide(e, R.add(one, e)))
 
 
+def column_map(ctx: Context, node: Node, x: relax.Expr, out_dtype: str, fn: Callable,
+               a: Any, b: Any) -> relax.Expr:
+    """The node as one scheduled pass over the rows (``kernels.map_kernel``): ``fn(x, a_j,
+    b_j)`` per value in float64, ``x`` the input rounded to ``out_dtype`` (exact: callers pass
+    the dtype the rule computes in), the result rounded to ``out_dtype``; ``a``, ``b``: per-
+    column constants (scalars are broadcast to the node's width)."""
+    width, src = int(node.width), dtype_of(x)
+    key = ("map", node.name, src)
+    if key not in ctx.shared:
+        name = f"columns_{len(ctx.shared)}"
+        ctx.shared[key] = ctx.bb.add_func(
+            kernels.map_kernel(width, src, out_dtype, fn).with_attr("global_symbol", name), name)
+    a, b = (np.broadcast_to(np.asarray(v, np.float64), (width,)).copy() for v in (a, b))
+    return relax.call_tir(ctx.shared[key], [x, const(a), const(b)],
+                          relax.TensorType((ctx.rows, width), out_dtype))
+
+
+def float32_out(node: Node, x: relax.Expr) -> str:
+    """The rule's output dtype for an op whose ``float32`` mode keeps a float32 input float32
+    (``Attrs.float32_out``)."""
+    return "float32" if node.attrs.float32_out([dtype_of(x) == "float32"]) else "float64"
+
+
 # ------------------------------------------------------------------------ core ops --
 @lowering(Op.REPLACE_WITH_NAN)
 def lower_replace_with_nan(ctx: Context, node: Node, ins: list) -> relax.Expr:
@@ -123,16 +148,18 @@ def lower_tree_ensemble(ctx: Context, node: Node, ins: list) -> relax.Expr:
 def lower_affine(ctx: Context, node: Node, ins: list) -> relax.Expr:
     a = node.attrs
     x = ins[0]
-    if a.float32 != "never" and dtype_of(x) == "float32":  # each step rounds to float32
-        scale, shift = np.asarray(a.scale, np.float64), np.asarray(a.shift, np.float64)
-        if a.float32 == "cast":
-            scale, shift = (v.astype(np.float32).astype(np.float64) for v in (scale, shift))
-        y = cast(R.multiply(f64(x), const(scale)), "float32")
-        return cast(R.add(f64(y), const(shift)), "float32")
-    if ctx.options.precision is Precision.FLOAT32:  # stay in the input's precision
+    if ctx.options.precision is Precision.FLOAT32 and not a.float32_out(
+            [dtype_of(x) == "float32"]):  # stay in the input's precision
         dt = dtype_of(x)
         return R.add(R.multiply(x, const(a.scale, dt)), const(a.shift, dt))
-    return R.add(R.multiply(f64(x), const(a.scale)), const(a.shift))
+    out = float32_out(node, x)
+    if out == "float32":  # each step rounds to float32
+        scale, shift = _float32_params("cast" if a.float32 == "cast" else "round",
+                                       a.scale, a.shift)
+        return column_map(ctx, node, x, out, lambda v, s, c: T.Cast(
+            "float64", T.Cast("float32", v * s)) + c, scale, shift)
+    # the product rounds before the sum, as NumPy's two loops (fenced: no fused multiply-add)
+    return column_map(ctx, node, x, out, lambda v, s, c: fenced(v * s) + c, a.scale, a.shift)
 
 
 def _log_softmax(x: relax.Expr) -> relax.Expr:
@@ -292,20 +319,25 @@ def _float32_params(mode: str, *params: Any) -> list[np.ndarray]:
 @lowering(Op.CENTER_SCALE)
 def lower_center_scale(ctx: Context, node: Node, ins: list) -> relax.Expr:
     a, x = node.attrs, ins[0]
-    if a.float32 != "never" and dtype_of(x) == "float32":  # each step rounds to float32
+    out = float32_out(node, x)
+    if out == "float32":  # each step rounds to float32
         c, s = _float32_params(a.float32, a.center, a.scale)
-        y = cast(R.subtract(f64(x), const(c)), "float32")
-        return cast(R.divide(f64(y), const(s)), "float32")
-    return R.divide(R.subtract(f64(x), const(a.center)), const(a.scale))
+        return column_map(ctx, node, x, out, lambda v, m, d: T.Cast(
+            "float64", T.Cast("float32", v - m)) / d, c, s)
+    return column_map(ctx, node, x, out, lambda v, m, d: (v - m) / d, a.center, a.scale)
 
 
 @lowering(Op.CLIP)
 def lower_clip(ctx: Context, node: Node, ins: list) -> relax.Expr:
-    a, x = node.attrs, f64(ins[0])
-    low, high = const(float(a.low)), const(float(a.high))
-    # np.clip keeps NaN: both comparisons are false for it
-    out = R.where(R.less(x, low), low, R.where(R.greater(x, high), high, x))
-    return cast(out, "float32") if a.float32 and dtype_of(ins[0]) == "float32" else out
+    """np.clip: ``x < low`` gives low (NaN and -0.0 at a 0.0 bound stay), then ``> high``
+    gives high (so high wins where low > high, as NumPy's)."""
+
+    def clip(v: Any, low: Any, high: Any) -> Any:
+        lifted = T.Select(v < low, low, v)
+        return T.Select(lifted > high, high, lifted)
+
+    a, x = node.attrs, ins[0]
+    return column_map(ctx, node, x, float32_out(node, x), clip, float(a.low), float(a.high))
 
 
 @lowering(Op.NORMALIZE)
@@ -340,19 +372,23 @@ def lower_normalize(ctx: Context, node: Node, ins: list) -> relax.Expr:
 
 @lowering(Op.BINARIZE)
 def lower_binarize(ctx: Context, node: Node, ins: list) -> relax.Expr:
-    t = node.attrs.threshold_for(dtype_of(ins[0]) == "float32")  # exact against float64 x
-    return cast(R.greater(f64(ins[0]), const(t)), "float64")
+    x = ins[0]
+    t = node.attrs.threshold_for(dtype_of(x) == "float32")  # exact against float64 x
+    return column_map(ctx, node, x, float32_out(node, x), lambda v, thr, one: T.Select(
+        v > thr, one, T.float64(0)), t, 1.0)
 
 
 @lowering(Op.IMPUTE)
 def lower_impute(ctx: Context, node: Node, ins: list) -> relax.Expr:
     a, x = node.attrs, ins[0]
-    dt = "float32" if a.float32 and dtype_of(x) == "float32" else "float64"
-    x = cast(x, dt)
-    missing = np.array(a.missing, dtype=dt)  # a float32 X compares to float32(missing)
-    hit = R.isnan(x) if np.isnan(missing) else R.equal(x, const(missing, dt))
-    values = np.asarray(a.values, np.float64).astype(dt)
-    return R.where(hit, const(values, dt), x)
+    out = float32_out(node, x)
+    missing = float(np.array(a.missing, dtype=out))  # a float32 X compares to float32(missing)
+    values = np.asarray(a.values, np.float64).astype(out)
+    if np.isnan(missing):
+        return column_map(ctx, node, x, out, lambda v, fill, _: T.Select(is_nan(v), fill, v),
+                          values, 0.0)
+    return column_map(ctx, node, x, out, lambda v, fill, m: T.Select(v == m, fill, v),
+                      values, missing)
 
 
 @lowering(Op.WEIGHTED_SUM)

@@ -1,7 +1,8 @@
 """Lowerings of a PyTorch network's layers (``ir/semantics/nn.py``: TorchStep, skorch): DENSE,
 BATCH_NORM and ACTIVATION in the network's float32, following the rules, each one scheduled
-TIR function of ``kernels_nn.py`` (Relax's element-wise ops on the batch axis cost about 10 ns
-a value there).
+TIR function: ``kernels_nn.py``'s product and softmax, the element-wise loop
+``kernels.map_kernel`` for the rest (Relax's element-wise ops on the batch axis cost about 10
+ns a value there).
 
 - DENSE (float32, up to ``kernels_nn.MAX_INPUTS`` inputs): the scheduled FMA-chain product of
   ``kernels_nn.py``, within float32 rounding of the rule's BLAS sum (equal to it for whole
@@ -30,7 +31,15 @@ from tvm import relax
 from tvm.script import tirx as T
 
 from peregrine.backends.tvm import kernels_nn
-from peregrine.backends.tvm.ops import Context, cast, const, dtype_of, lowering, rule_only
+from peregrine.backends.tvm.ops import (
+    Context,
+    cast,
+    column_map,
+    const,
+    dtype_of,
+    lowering,
+    rule_only,
+)
 from peregrine.backends.tvm.tir_math import exp
 from peregrine.ir import Node, Op
 
@@ -60,16 +69,8 @@ def lower_dense(ctx: Context, node: Node, ins: list) -> relax.Expr:
 
 def _map(ctx: Context, node: Node, x: relax.Expr, fn, a: np.ndarray, b: np.ndarray
          ) -> relax.Expr:
-    """The layer as ``kernels_nn.map_kernel``: ``fn(x, a_j, b_j)`` per value, in float64."""
-    width = int(node.width)
-    dt, src = str(node.attrs.net_dtype), dtype_of(x)
-    key = ("map", node.name, src)
-    if key not in ctx.shared:
-        name = f"layer_{len(ctx.shared)}"
-        ctx.shared[key] = ctx.bb.add_func(
-            kernels_nn.map_kernel(width, src, dt, fn).with_attr("global_symbol", name), name)
-    args = [x, const(np.asarray(a, np.float64)), const(np.asarray(b, np.float64))]
-    return relax.call_tir(ctx.shared[key], args, relax.TensorType((ctx.rows, width), dt))
+    """The layer as ``kernels.map_kernel``: ``fn(x, a_j, b_j)`` per value, in float64."""
+    return column_map(ctx, node, x, str(node.attrs.net_dtype), fn, a, b)
 
 
 @lowering(Op.BATCH_NORM)
