@@ -8,6 +8,7 @@ backend's cold compile time (an empty library cache).
     .venv/bin/python benchmarks/bench_tvm.py --kernels [--rows 20000]
     .venv/bin/python benchmarks/bench_tvm.py --networks [--rows 100000]
     .venv/bin/python benchmarks/bench_tvm.py --scalers [--rows 100000]
+    .venv/bin/python benchmarks/bench_tvm.py --neighbours [--rows 20000]
 
 ``--featurizers`` times pipelines whose featurizers TVM lowers in ``ops_columns.py`` (one-hot
 codes of float categories into a forest, ordinal codes into a forest, polynomial terms, bins,
@@ -160,6 +161,24 @@ def network_models(rows: int) -> list[tuple[str, object, np.ndarray, str]]:
     return out
 
 
+def neighbour_models(rows: int) -> list[tuple[str, object, np.ndarray, str]]:
+    """(name, fitted model, test rows, method) for ``--neighbours``: KNN models, which TVM
+    lowers in ``ops_neighbours.py``."""
+    from sklearn.neighbors import KNeighborsClassifier, KNeighborsRegressor
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(rows + 5_000, 20))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
+    fit, test = slice(0, 5_000), slice(5_000, None)
+    return [
+        ("KNeighborsClassifier(5), 5K fitted rows of 20", KNeighborsClassifier(5).fit(
+            X[fit], y[fit]), X[test], "predict_proba"),
+        ("KNeighborsRegressor(10, distance, manhattan)", KNeighborsRegressor(
+            10, weights="distance", metric="manhattan").fit(X[fit], X[fit, 0]), X[test],
+         "predict"),
+    ]
+
+
 def scaler_models(rows: int) -> list[tuple[str, object, np.ndarray, str]]:
     """(name, fitted scaler, test rows, method) for ``--scalers``: wide ``transform`` outputs,
     where handing the result over (and Relax's element-wise code) is most of a call."""
@@ -198,6 +217,7 @@ def table(args: argparse.Namespace, models: list, backends: tuple[str, ...], wha
     the others' time over tvm's."""
     import torch
     import tvm
+    from threadpoolctl import threadpool_limits
 
     import peregrine
 
@@ -214,10 +234,12 @@ def table(args: argparse.Namespace, models: list, backends: tuple[str, ...], wha
         calls = {"sklearn": getattr(model, method),
                  **{b: getattr(fast[b], method) for b in backends}}
         best = dict.fromkeys(calls, np.inf)
-        for _ in range(args.rounds):
-            for key, fn in calls.items():
-                best[key] = min(best[key], best_time(fn, X, args.repeat))
-        one = {key: one_row_us(fn, X[:1]) for key, fn in calls.items()}
+        # scikit-learn's OpenMP loops (its KNN search) and BLAS held to --threads as well
+        with threadpool_limits(limits=args.threads):
+            for _ in range(args.rounds):
+                for key, fn in calls.items():
+                    best[key] = min(best[key], best_time(fn, X, args.repeat))
+            one = {key: one_row_us(fn, X[:1]) for key, fn in calls.items()}
         diff = float(np.abs(calls["tvm"](X) - calls["sklearn"](X)).max())
         fb = fast["tvm"].explain_dict()["backend_choices"].get("fallback_ops", [])
         print(f"| {name} | `{method}` | " + " | ".join(f"{best[k]:.4f}" for k in systems)
@@ -254,6 +276,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="time PyTorch networks in pipelines (TorchStep)")
     parser.add_argument("--kernels", action="store_true",
                         help="time kernel SVMs and KernelPCA instead of the tree models")
+    parser.add_argument("--neighbours", action="store_true",
+                        help="time KNN classifiers and regressors")
     parser.add_argument("--rows", type=int, default=100_000)
     args = parser.parse_args(argv)
     os.environ["TVM_NUM_THREADS"] = str(args.threads)
@@ -266,6 +290,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.networks:
         networks(args)
+        return
+    if args.neighbours:
+        table(args, neighbour_models(args.rows), ("native", "torch", "tvm"), "model")
         return
     if args.scalers:
         table(args, scaler_models(args.rows), ("native", "torch", "tvm"), "model")

@@ -148,7 +148,7 @@ WHITENED, WHITENED_ROWS = _whitened_models()
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-@pytest.mark.parametrize("backend", ["reference", "torch", "torchscript", "native"])
+@pytest.mark.parametrize("backend", ["reference", "torch", "torchscript", "native", "tvm"])
 @pytest.mark.parametrize("name", list(WHITENED))
 def test_seuclidean_and_mahalanobis_match_sklearn(name, backend, dtype):
     import peregrine

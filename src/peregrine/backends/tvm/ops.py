@@ -21,7 +21,7 @@ from tvm import relax
 from tvm.relax import op as R
 from tvm.script import tirx as T
 
-from peregrine.backends.tvm import kernels, kernels_nn
+from peregrine.backends.tvm import kernels, kernels_nn, knn
 from peregrine.backends.tvm.tir_math import fenced, is_nan
 from peregrine.backends.tvm.trees import forest_constants, forest_walk, plan_forest
 from peregrine.ir import Link, Node, Op
@@ -226,7 +226,12 @@ def rule_only(node: Node) -> bool:
     ``RULE_UFUNCS``; QuantileTransformer's normal output (scipy's ndtri); and the KERNEL
     kinds ``ops_kernel.py`` leaves to the rule (sigmoid's tanh, cosine, the float power); and
     the network layers ``ops_nn.py`` leaves to it (float64 networks, wide DENSE layers, the
-    activations through tanh, expm1, log1p or erf)."""
+    activations through tanh, expm1, log1p or erf); and the KNN metrics ``knn.py`` leaves to
+    it (cosine, minkowski p other than 1 and 2, rows wider than ``knn.MAX_FEATURES``)."""
+    if node.op is Op.KNN:
+        a = node.attrs
+        return (knn.lowered_metric(a.metric, a.p) is None
+                or np.shape(a.vectors)[1] > knn.MAX_FEATURES)
     if node.op is Op.KERNEL:
         a = node.attrs
         return a.kind in ("sigmoid", "cosine") or (a.kind == "poly" and a.form != "libsvm")
