@@ -11,7 +11,7 @@ from typing import Any
 from llvmlite import ir
 
 from peregrine.ir import Link
-from peregrine.ir.semantics.row_sums import ADD as ROW_SUM_ADD
+from peregrine.ir.semantics.row_sums import evaluate
 from peregrine.kernels import vmath
 from peregrine.kernels.irutil import F32, F64, I1, I32, I64, PTR, gep, splat
 
@@ -297,17 +297,15 @@ class Emitter:
     def program_sum(self, s: dict, v: ir.Value) -> ir.Value:
         """The lanes of ``v`` summed in the step's program order (ir/semantics/row_sums.py),
         each sum rounded to float32 when the step computes in float32."""
-        b, stack = self.b, []
-        for step in s["sum"]:
-            if step == ROW_SUM_ADD:
-                right, left = stack.pop(), stack.pop()
-                total = b.fadd(left, right)
-                if s.get("r32"):
-                    total = b.fpext(b.fptrunc(total, F32), F64)
-                stack.append(total)
-            else:
-                stack.append(self.lane(v, step))
-        return stack.pop() if stack else ir.Constant(F64, 0.0)
+        b = self.b
+
+        def add(left: ir.Value, right: ir.Value) -> ir.Value:
+            total = b.fadd(left, right)
+            return b.fpext(b.fptrunc(total, F32), F64) if s.get("r32") else total
+
+        if not s["sum"]:
+            return ir.Constant(F64, 0.0)
+        return evaluate(s["sum"], lambda j: self.lane(v, j), add)
 
     def op_binarize(self, s: dict, ins: list) -> ir.Value:
         w = s["w"]

@@ -39,6 +39,7 @@ NATIVE_OPS = frozenset({
     Op.LINEAR, Op.SELECT, Op.CONCAT, Op.CENTER_SCALE, Op.CLIP, Op.NORMALIZE, Op.BINARIZE,
     Op.POLYNOMIAL, Op.UFUNC, Op.CTR_LOOKUP,  # CTR_LOOKUP: its own row kernel (ctr_kernel.py)
     Op.ONE_HOT,  # comparisons in a row kernel, or a linear model's weight rows (rowwise_onehot)
+    Op.KNN,  # its own kernel (knn_kernel.py); cosine and minkowski p not in {1, 2}: the rule
 })
 
 

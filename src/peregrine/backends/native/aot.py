@@ -53,6 +53,10 @@ _V2 = "+cx16,+popcnt,+sahf,+sse3,+sse4.1,+sse4.2,+ssse3"
 _V3 = _V2 + ",+avx,+avx2,+bmi,+bmi2,+f16c,+fma,+lzcnt,+movbe,+xsave"
 _V4 = _V3 + ",+avx512f,+avx512bw,+avx512cd,+avx512dq,+avx512vl"
 
+# the ops a library's programs hold: the native ones but KNN, whose kernel (knn_kernel.py) the
+# runtime calls between programs from Python, as it calls the rules
+AOT_OPS = NATIVE_OPS - {Op.KNN}
+
 
 @dataclass(frozen=True)
 class AotTarget:
@@ -205,12 +209,12 @@ def lower(spec: Any, options: CompileOptions, target: AotTarget, cpu: jit.Target
                                     f"{', '.join(spec.methods)}")
     outputs = {m: graph.outputs[spec.methods[m].output] for m in names}
     foreign = sorted({n.op.name for n in graph.steps(outputs.values())
-                      if n.op not in NATIVE_OPS})
+                      if n.op not in AOT_OPS})
     if foreign:
         raise UnsupportedModelError(
             f"{spec.source}: cannot be exported as a shared library: ops "
-            f"{', '.join(foreign)} have no native code (the native backend runs them as "
-            "NumPy rules)")
+            f"{', '.join(foreign)} are not compiled into a library's programs (the native "
+            "backend runs them from Python: their NumPy rules, or KNN's own kernel)")
     low = Lowered(spec.source, spec.n_features, target.name, cpu.cpu,
                   check_nan=not spec.allow_nan, check_inf=not spec.allow_inf)
     low.columns = _columns(spec)

@@ -12,9 +12,10 @@ programs): euclidean ``np.einsum("ijk,ijk->ij")`` of the differences (its contig
 the norms' order), minkowski p=2 and manhattan ``ndarray.sum`` (pairwise), the class sums
 and the weight sums pairwise; each product is fenced (``tir_math.fenced``: NumPy rounds it
 before the sum, TVM's LLVM code would fuse them). So distances, neighbours, weights and
-outputs are the rule's bits (``tests/test_tvm_knn.py``). Other metrics (cosine's BLAS product,
-minkowski's ``pow`` for p other than 1 and 2) and more than ``MAX_FEATURES`` features, whose
-sums are written out term by term here, run the rule (``ops.rule_only``).
+outputs are the rule's bits (``tests/test_knn_kernels.py``). Other metrics (cosine's BLAS product,
+minkowski's ``pow`` for p other than 1 and 2) and more than ``KERNEL_MAX_FEATURES`` features,
+whose sums are written out term by term here, run the rule (``ops.rule_only``;
+``neighbours.kernel_metric``).
 
 Layout as the kernel matrix (``kernel_matrix.py``): fitted rows in chunks of ``LANES``,
 ``(chunks, d, LANES)``; rows in parallel tasks of ``ROWS``, groups of ``GROUP`` rows sharing
@@ -30,29 +31,13 @@ from tvm.script import tirx as T
 
 from peregrine.backends.tvm.kernel_matrix import GROUP, LANES, ROWS
 from peregrine.backends.tvm.tir_math import fenced
-from peregrine.ir.semantics.row_sums import ADD, row_sum_program
-
-MAX_FEATURES = 256  # each distance is one expression of d terms
-METRICS = ("euclidean", "manhattan", "chebyshev", "minkowski1", "minkowski2")
-
-
-def lowered_metric(metric: str, p: float) -> str | None:
-    """The kernel's name for the node's metric, or None where the rule runs."""
-    if metric == "minkowski":
-        return {1.0: "minkowski1", 2.0: "minkowski2"}.get(float(p))
-    return metric if metric in METRICS else None
+from peregrine.ir.semantics.neighbours import KERNEL_MAX_FEATURES
+from peregrine.ir.semantics.row_sums import evaluate, row_sum_program
 
 
 def program_sum(program: list[int], leaf: Callable[[int], Any]) -> Any:
     """The TIR expression adding ``leaf(j)`` in ``program``'s order (``row_sums``)."""
-    stack: list[Any] = []
-    for step in program:
-        if step == ADD:
-            right = stack.pop()
-            stack.append(stack.pop() + right)
-        else:
-            stack.append(leaf(step))
-    return stack.pop()
+    return evaluate(program, leaf, lambda a, b: a + b)
 
 
 def buffer_sum(program: list[int], buf: Any) -> Any:
@@ -85,7 +70,7 @@ def _distance(metric: str, d: int) -> Callable[[Any, Any, Any, Any, Any], Any]:
             for j in range(1, d):
                 out = T.max(out, absolute(j))
             return out
-        return program_sum(pairwise, absolute)  # manhattan, minkowski p=1
+        return program_sum(pairwise, absolute)  # manhattan (minkowski p=1 too)
 
     return fn
 
@@ -93,8 +78,8 @@ def _distance(metric: str, d: int) -> Callable[[Any, Any, Any, Any, Any], Any]:
 def knn_kernel(d: int, m: int, k: int, width: int, metric: str, distance_weights: bool,
                normalize: bool) -> Any:
     """The PrimFunc ``(x (n, d), v (chunks, d, LANES), values (m, width)) -> y (n, width)``,
-    float64: Op.KNN's rule for ``metric`` in ``METRICS``."""
-    assert metric in METRICS and 1 <= k <= m and d <= MAX_FEATURES
+    float64: Op.KNN's rule for ``metric``, a ``neighbours.kernel_metric`` form."""
+    assert 1 <= k <= m and d <= KERNEL_MAX_FEATURES
     chunks = -(-m // LANES)
     dist = _distance(metric, d)
     class_sum = row_sum_program("pairwise", width, "float64")

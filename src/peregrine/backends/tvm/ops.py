@@ -21,12 +21,12 @@ from tvm import relax
 from tvm.relax import op as R
 from tvm.script import tirx as T
 
-from peregrine.backends.tvm import kernels, kernels_nn, knn
+from peregrine.backends.tvm import kernels, kernels_nn
 from peregrine.backends.tvm.tir_math import fenced, is_nan
 from peregrine.backends.tvm.trees import forest_constants, forest_walk, plan_forest
 from peregrine.ir import Link, Node, Op
-from peregrine.ir.semantics.row_sums import ADD as ROW_SUM_ADD
-from peregrine.ir.semantics.row_sums import row_sum_program
+from peregrine.ir.semantics.neighbours import KERNEL_MAX_FEATURES, kernel_metric
+from peregrine.ir.semantics.row_sums import evaluate, row_sum_program
 from peregrine.options import CompileOptions, Precision
 
 
@@ -227,11 +227,11 @@ def rule_only(node: Node) -> bool:
     kinds ``ops_kernel.py`` leaves to the rule (sigmoid's tanh, cosine, the float power); and
     the network layers ``ops_nn.py`` leaves to it (float64 networks, wide DENSE layers, the
     activations through tanh, expm1, log1p or erf); and the KNN metrics ``knn.py`` leaves to
-    it (cosine, minkowski p other than 1 and 2, rows wider than ``knn.MAX_FEATURES``)."""
+    it (cosine, minkowski p other than 1 and 2, rows wider than ``KERNEL_MAX_FEATURES``)."""
     if node.op is Op.KNN:
         a = node.attrs
-        return (knn.lowered_metric(a.metric, a.p) is None
-                or np.shape(a.vectors)[1] > knn.MAX_FEATURES)
+        return (kernel_metric(a.metric, a.p) is None
+                or np.shape(a.vectors)[1] > KERNEL_MAX_FEATURES)
     if node.op is Op.KERNEL:
         a = node.attrs
         return a.kind in ("sigmoid", "cosine") or (a.kind == "poly" and a.form != "libsvm")
@@ -357,14 +357,8 @@ def lower_normalize(ctx: Context, node: Node, ins: list) -> relax.Expr:
     else:
         values = R.abs(x) if a.norm == "l1" else R.multiply(x, x)
         program = row_sum_program("pairwise" if a.norm == "l1" else "einsum", width, dt)
-        stack: list[relax.Expr] = []
-        for step in program:
-            if step == ROW_SUM_ADD:
-                right = stack.pop()
-                stack.append(R.add(stack.pop(), right))
-            else:
-                stack.append(R.strided_slice(values, axes=[1], begin=[step], end=[step + 1]))
-        norm = stack.pop()
+        norm = evaluate(program, lambda j: R.strided_slice(
+            values, axes=[1], begin=[j], end=[j + 1]), R.add)
         if a.norm == "l2":
             norm = R.sqrt(norm)
     zero = (R.less(norm, const(a.zero_below(dt), dt)) if a.tiny  # scikit-learn's 10 eps

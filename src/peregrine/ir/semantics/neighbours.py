@@ -42,6 +42,22 @@ EPS = float(np.finfo(np.float64).eps)
 ERROR_BOUND = 8.0
 EXTRA_CANDIDATES = 16
 
+# The metrics a compiled kernel computes the rule's way, distance by distance from the
+# differences in the rule's NumPy order (backends/tvm/knn.py, backends/native/knn_kernel.py):
+# each sum is written out term by term, so rows up to this many features. The others (cosine's
+# BLAS product, minkowski's pow for p other than 1 and 2) run this rule.
+KERNEL_MAX_FEATURES = 256
+
+
+def kernel_metric(metric: str, p: float) -> str | None:
+    """The form a kernel computes ``metric`` (with minkowski's ``p``) in: "euclidean" (sqrt of
+    einsum's sum of squares), "minkowski2" (sqrt of the pairwise sum of squares), "manhattan"
+    (the pairwise sum of absolute values; minkowski p=1 too), "chebyshev"; None: the rule."""
+    if metric == "minkowski":
+        return {1.0: "manhattan", 2.0: "minkowski2"}.get(float(p))
+    return metric if metric in ("euclidean", "manhattan", "chebyshev") else None
+
+
 _REDUCE = {
     "euclidean": lambda d: np.sqrt(np.einsum("ijk,ijk->ij", d, d)),
     "manhattan": lambda d: np.abs(d).sum(axis=2),

@@ -21,9 +21,13 @@ from are left out: ``0 + x`` is ``x`` exactly.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 
 ADD = -1
+T = TypeVar("T")
 
 
 def _postfix(expr: object, out: list[int]) -> None:
@@ -93,15 +97,23 @@ def row_sum_program(kind: str, width: int, dtype: object = np.float32) -> list[i
     return out
 
 
+def evaluate(program: list[int], leaf: Callable[[int], T], add: Callable[[T, T], T]) -> T:
+    """``program`` run on any values: ``leaf(j)`` for column ``j``, ``add(a, b)`` for a sum
+    (NumPy arrays here, a backend's IR values in its kernels). ``program`` is not empty."""
+    stack: list[T] = []
+    for step in program:
+        if step == ADD:
+            right = stack.pop()
+            stack.append(add(stack.pop(), right))
+        else:
+            stack.append(leaf(step))
+    return stack.pop()
+
+
 def run_program(program: list[int], values: np.ndarray) -> np.ndarray:
     """Row sums of the (rows, width) ``values`` in ``program``'s order, in their dtype."""
     if not program:
         return np.zeros(values.shape[0], dtype=values.dtype)
-    stack: list[np.ndarray] = []
-    for step in program:
-        if step == ADD:
-            b = stack.pop()
-            stack.append(stack.pop() + b)  # one rounding in the values' dtype
-        else:
-            stack.append(values[:, step])
-    return np.asarray(stack.pop(), dtype=values.dtype)
+    # one rounding in the values' dtype per addition
+    out = evaluate(program, lambda j: values[:, j], lambda a, b: a + b)
+    return np.asarray(out, dtype=values.dtype)
