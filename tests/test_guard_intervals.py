@@ -228,6 +228,51 @@ def test_kernel_pca_bound_is_finite(kernel, low):
     assert low <= m <= 2.0**128
 
 
+@pytest.mark.parametrize("weights", ["uniform", "distance"])
+def test_knn_in_a_stack_bound_is_finite(weights):
+    """KNN's rule: its outputs are means of its fitted values (probabilities in [0, 1]).
+    Without it a stacking model over a KNN evaluated the KNN a second time by the reference
+    rules on every call. Past M the guard evaluates the rules and answers as the reference
+    backend (a row whose distances all overflow: every fitted row ties at infinity)."""
+    from sklearn.ensemble import StackingClassifier
+    from sklearn.neighbors import KNeighborsClassifier
+
+    y = (X[:, 1] > np.median(X[:, 1])).astype(int)
+    model = StackingClassifier(
+        [("knn", KNeighborsClassifier(5, weights=weights)),
+         ("knn3", KNeighborsClassifier(3, weights=weights, metric="manhattan"))],
+        final_estimator=LogisticRegression()).fit(X, y)
+    fast = peregrine.compile(model, backend="native")
+    _, m = guards(fast.spec)
+    assert 2.0**100 <= m <= 2.0**128
+    np.testing.assert_allclose(fast.predict_proba(X), model.predict_proba(X), atol=1e-6)
+    far = X[:3].copy()
+    far[1] = 1e200
+    np.testing.assert_array_equal(fast.predict_proba(far), peregrine.compile(
+        model, backend="reference").predict_proba(far))
+
+
+def test_knn_regressor_overflow_is_refused_downstream():
+    """Distance weights where every distance overflows: 1 / inf = 0 for every neighbour, a
+    0 / 0 mean. The final estimator refuses that NaN, as scikit-learn's does (whose own
+    expanded distances are NaN there)."""
+    from sklearn.ensemble import StackingRegressor
+    from sklearn.linear_model import LinearRegression
+    from sklearn.neighbors import KNeighborsRegressor
+
+    model = StackingRegressor([("knn", KNeighborsRegressor(4, weights="distance"))],
+                              final_estimator=LinearRegression()).fit(X, X[:, 2])
+    fast = peregrine.compile(model, backend="native")
+    assert guards(fast.spec)[1] > 2.0**100
+    np.testing.assert_allclose(fast.predict(X), model.predict(X), rtol=1e-5, atol=1e-6)
+    far = X[:3].copy()
+    far[1] = 1e200
+    with pytest.raises(ValueError):
+        model.predict(far)
+    with pytest.raises(InputError, match="row 1"):
+        fast.predict(far)
+
+
 def test_network_bound_is_finite():
     """DENSE, BATCH_NORM and ACTIVATION have interval rules (each float32 layer's bound kept
     inside float32's range): without them every call of a pipeline with a network before a

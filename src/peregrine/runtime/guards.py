@@ -343,6 +343,32 @@ def _kernel(n: Any, a: Any, ins: list, m: float) -> Interval | None:
     return (k_lo - c - float(k_hi.max()) + call, k_hi - c - float(k_lo.min()) + call, any_nan)
 
 
+def _knn(n: Any, a: Any, ins: list, m: float) -> Interval | None:
+    """KNN (``ir/semantics/neighbours.py``): a mean of k fitted rows' values with weights >= 0,
+    so within each column's range of values; with ``normalize`` (a classifier's one-hot
+    values) each row divided by its sum (0 -> 1), in [0, 1]. NaN where the input may be NaN,
+    or without ``normalize``, with distance weights where a distance may overflow (1 / inf is
+    0 for every neighbour: 0 / 0).
+    Without this rule a stacking model over a KNN re-evaluated the KNN by its NumPy rule on
+    every call (its bound was EVERY_ROW)."""
+    lo, hi, nan = ins[0]
+    values = np.asarray(a.values, dtype=np.float64)
+    w = values.shape[1]
+    if a.normalize:
+        if (values < 0).any():
+            return None
+        v_lo, v_hi = np.zeros(w), np.ones(w)
+    else:
+        v_lo, v_hi = values.min(axis=0), values.max(axis=0)
+    vectors = np.asarray(a.vectors, dtype=np.float64)
+    reach = np.float64(np.maximum(np.abs(lo), np.abs(hi)).max(initial=0.0)) + np.float64(
+        np.abs(vectors).max(initial=0.0))  # |x_j - v_j| for every feature (NumPy: inf past)
+    power = max(float(a.p), 2.0) if a.metric == "minkowski" else 2.0
+    overflow = not vectors.shape[1] * reach**power < _MAX64 / 4  # any metric's sum of terms
+    may_nan = bool(nan.any()) or (a.weights == "distance" and overflow and not a.normalize)
+    return v_lo, v_hi, np.full(w, may_nan)
+
+
 # A PyTorch network's layers (ir/semantics/nn.py) compute in the network's dtype: a float32
 # layer rounds its input to float32 (infinite past float32's range) and each of its sums
 # rounds d + 1 times, so its exact-arithmetic bound is widened by that, and a bound reaching
@@ -443,6 +469,7 @@ _RULES: dict[Op, Any] = {
     Op.LINEAR: _linear,
     Op.POLYNOMIAL: _polynomial,
     Op.KERNEL: _kernel,
+    Op.KNN: _knn,
     Op.DENSE: _dense,
     Op.BATCH_NORM: _batch_norm,
     Op.ACTIVATION: _activation,
