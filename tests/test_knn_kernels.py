@@ -131,3 +131,25 @@ def test_native_rows_split_over_threads():
     ref = peregrine.compile(model, "reference")
     _bits_equal(two.predict(Q), one.predict(Q), "two threads vs one")
     _bits_equal(two.predict(Q), ref.predict(Q), "vs reference")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_wide_euclidean_rows_run_the_rule(backend):
+    """Past ``KERNEL_EUCLIDEAN_FEATURES`` the rule's BLAS search is faster for euclidean
+    distances: the rule runs (a fallback on TVM), the same answers; manhattan keeps the kernel
+    (its rule builds every difference too)."""
+    from peregrine.ir.semantics.neighbours import KERNEL_EUCLIDEAN_FEATURES, kernel_form
+
+    rng = np.random.default_rng(5)
+    d = KERNEL_EUCLIDEAN_FEATURES + 1
+    X = rng.normal(size=(120, d))
+    y = rng.integers(0, 3, 120)
+    Q = rng.normal(size=(40, d))
+    for metric, kernel in (("euclidean", False), ("manhattan", True)):
+        model = KNeighborsClassifier(4, metric=metric, weights="distance").fit(X, y)
+        fast, ref = peregrine.compile(model, backend), peregrine.compile(model, "reference")
+        node = next(n for n in fast.spec.graph.nodes if n.op.name == "KNN")
+        assert (kernel_form(node.attrs) is not None) == kernel
+        if backend == "tvm":
+            assert ("KNN" in _fallbacks(fast)) == (not kernel)
+        _bits_equal(fast.predict_proba(Q), ref.predict_proba(Q), metric)

@@ -12,7 +12,8 @@ goes after equal ones, the stable sort's order (ties at the k-th to the lowest i
 rule). A chunk none of whose distances is below the k-th is passed over with one comparison.
 
 Bits: each sum is added in the order of the rule's NumPy call (``ir/semantics/row_sums.py``'s
-programs, written out term by term, so rows of at most ``KERNEL_MAX_FEATURES`` features):
+programs, written out term by term: ``neighbours.kernel_form`` says where, the rule runs
+elsewhere, e.g. on wide euclidean rows, where its BLAS search is faster):
 euclidean ``np.einsum``'s order, minkowski p=2 and manhattan pairwise, the class and weight
 sums pairwise; products and sums are separate instructions (this backend's LLVM code fuses only
 what is marked for it), so distances, neighbours and outputs are the rule's bits
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from peregrine.ir.semantics.neighbours import KERNEL_MAX_FEATURES, kernel_metric
+from peregrine.ir.semantics.neighbours import kernel_form
 from peregrine.ir.semantics.row_sums import evaluate, row_sum_program
 from peregrine.kernels import jit
 from peregrine.kernels.irutil import F64, I1, I64, PTR, Loops, gep, splat
@@ -47,7 +48,7 @@ KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
 class KnnKernelSpec:
     """One kernel's parameters and cache identity."""
 
-    metric: str  # a neighbours.kernel_metric form
+    metric: str  # a neighbours.kernel_form
     d: int
     k: int
     width: int
@@ -73,8 +74,7 @@ class KnnKernelSpec:
 
 def usable(attrs: Any) -> bool:
     """Whether the kernel computes this KNN node (else its rule runs)."""
-    return (kernel_metric(attrs.metric, attrs.p) is not None
-            and np.shape(attrs.vectors)[1] <= KERNEL_MAX_FEATURES)
+    return kernel_form(attrs) is not None
 
 
 def _program(b: ir.IRBuilder, program: list[int], leaf: Any) -> ir.Value:
@@ -266,7 +266,7 @@ class KnnProgram:
         self.m, self.d = np.shape(a.vectors)
         self.values = np.ascontiguousarray(a.values, dtype=np.float64)
         self.width = int(self.values.shape[1])
-        spec = KnnKernelSpec(kernel_metric(a.metric, a.p) or "", int(self.d), int(a.k),
+        spec = KnnKernelSpec(kernel_form(a) or "", int(self.d), int(a.k),
                              self.width, a.weights == "distance", bool(a.normalize))
         self._fn = KERNEL(jit.kernel_address(spec)[0])
 

@@ -13,9 +13,10 @@ the norms' order), minkowski p=2 and manhattan ``ndarray.sum`` (pairwise), the c
 and the weight sums pairwise; each product is fenced (``tir_math.fenced``: NumPy rounds it
 before the sum, TVM's LLVM code would fuse them). So distances, neighbours, weights and
 outputs are the rule's bits (``tests/test_knn_kernels.py``). Other metrics (cosine's BLAS product,
-minkowski's ``pow`` for p other than 1 and 2) and more than ``KERNEL_MAX_FEATURES`` features,
-whose sums are written out term by term here, run the rule (``ops.rule_only``;
-``neighbours.kernel_metric``).
+minkowski's ``pow`` for p other than 1 and 2), rows of more than ``KERNEL_MAX_FEATURES``
+features (the sums are written out term by term here) and euclidean rows of more than
+``KERNEL_EUCLIDEAN_FEATURES`` (the rule's BLAS search is faster there) run the rule
+(``ops.rule_only``; ``neighbours.kernel_form``).
 
 Layout as the kernel matrix (``kernel_matrix.py``): fitted rows in chunks of ``LANES``,
 ``(chunks, d, LANES)``; rows in parallel tasks of ``ROWS``, groups of ``GROUP`` rows sharing
@@ -78,7 +79,7 @@ def _distance(metric: str, d: int) -> Callable[[Any, Any, Any, Any, Any], Any]:
 def knn_kernel(d: int, m: int, k: int, width: int, metric: str, distance_weights: bool,
                normalize: bool) -> Any:
     """The PrimFunc ``(x (n, d), v (chunks, d, LANES), values (m, width)) -> y (n, width)``,
-    float64: Op.KNN's rule for ``metric``, a ``neighbours.kernel_metric`` form."""
+    float64: Op.KNN's rule for ``metric``, a ``neighbours.kernel_form``."""
     assert 1 <= k <= m and d <= KERNEL_MAX_FEATURES
     chunks = -(-m // LANES)
     dist = _distance(metric, d)

@@ -25,7 +25,7 @@ from peregrine.backends.tvm import kernels, kernels_nn
 from peregrine.backends.tvm.tir_math import fenced, is_nan
 from peregrine.backends.tvm.trees import forest_constants, forest_walk, plan_forest
 from peregrine.ir import Link, Node, Op
-from peregrine.ir.semantics.neighbours import KERNEL_MAX_FEATURES, kernel_metric
+from peregrine.ir.semantics.neighbours import kernel_form
 from peregrine.ir.semantics.row_sums import evaluate, row_sum_program
 from peregrine.options import CompileOptions, Precision
 
@@ -227,11 +227,9 @@ def rule_only(node: Node) -> bool:
     kinds ``ops_kernel.py`` leaves to the rule (sigmoid's tanh, cosine, the float power); and
     the network layers ``ops_nn.py`` leaves to it (float64 networks, wide DENSE layers, the
     activations through tanh, expm1, log1p or erf); and the KNN metrics ``knn.py`` leaves to
-    it (cosine, minkowski p other than 1 and 2, rows wider than ``KERNEL_MAX_FEATURES``)."""
+    it (``neighbours.kernel_form``: cosine, minkowski p other than 1 and 2, wide rows)."""
     if node.op is Op.KNN:
-        a = node.attrs
-        return (kernel_metric(a.metric, a.p) is None
-                or np.shape(a.vectors)[1] > KERNEL_MAX_FEATURES)
+        return kernel_form(node.attrs) is None
     if node.op is Op.KERNEL:
         a = node.attrs
         return a.kind in ("sigmoid", "cosine") or (a.kind == "poly" and a.form != "libsvm")

@@ -1,7 +1,7 @@
 """Relax lowering of KNN (``ir/semantics/neighbours.py``): one scheduled TIR function
 (``knn.py``) from the rows to the weighted average of their neighbours' values, the rule's
-bits. Cosine distances, minkowski with p other than 1 or 2, and rows of more than
-``KERNEL_MAX_FEATURES`` features run the rule (``ops.rule_only``)."""
+bits. Cosine distances, minkowski with p other than 1 or 2, and rows too wide for the kernel
+(``neighbours.kernel_form``) run the rule (``ops.rule_only``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from peregrine.backends.tvm import knn
 from peregrine.backends.tvm.kernel_matrix import chunked
 from peregrine.backends.tvm.ops import Context, const, f64, lowering, rule_only
 from peregrine.ir import Node, Op
-from peregrine.ir.semantics.neighbours import kernel_metric
+from peregrine.ir.semantics.neighbours import kernel_form
 
 
 @lowering(Op.KNN)
@@ -28,7 +28,7 @@ def lower_knn(ctx: Context, node: Node, ins: list) -> relax.Expr:
     if key not in ctx.shared:
         name = f"knn_{len(ctx.shared)}"
         ctx.shared[key] = ctx.bb.add_func(knn.knn_kernel(
-            int(d), int(m), int(a.k), width, kernel_metric(a.metric, a.p),
+            int(d), int(m), int(a.k), width, kernel_form(a),
             a.weights == "distance", bool(a.normalize)).with_attr("global_symbol", name), name)
     v, _ = chunked(a.vectors)
     out = relax.TensorType((ctx.rows, width), "float64")
