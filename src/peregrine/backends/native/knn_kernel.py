@@ -54,7 +54,7 @@ class KnnKernelSpec:
     width: int
     distance_weights: bool
     normalize: bool
-    version: str = "knn-1"
+    version: str = "knn-2"
 
     @property
     def key(self) -> str:
@@ -180,6 +180,10 @@ def _emit(module: ir.Module, spec: KnnKernelSpec) -> None:
     def row(r: ir.Value) -> None:
         xrow = gep(b, x, [b.mul(r, ir.Constant(I64, d))], F64)
         b.store(zero, cnt)
+        # +inf in the unfilled list: the chunk's pre-check and the insertion compare with the
+        # k-th before it is filled (their "not full" branch decides then), never with garbage
+        for i in range(k):
+            b.store(ir.Constant(F64, float("inf")), slot(bd, ir.Constant(I64, i)))
 
         def chunk(c: ir.Value) -> None:
             vbase = gep(b, v, [b.mul(c, ir.Constant(I64, d * LANES))], F64)

@@ -35,6 +35,8 @@ from peregrine.backends.tvm.tir_math import fenced
 from peregrine.ir.semantics.neighbours import KERNEL_MAX_FEATURES
 from peregrine.ir.semantics.row_sums import evaluate, row_sum_program
 
+INF = float("inf")
+
 
 def program_sum(program: list[int], leaf: Callable[[int], Any]) -> Any:
     """The TIR expression adding ``leaf(j)`` in ``program``'s order (``row_sums``)."""
@@ -134,6 +136,10 @@ def knn_kernel(d: int, m: int, k: int, width: int, metric: str, distance_weights
     def rows(X, V, VAL, Y, acc, bd, bi, cnt, place, wt, out, flag, row0, count):
         for r in T.unroll(count):
             cnt[r] = 0
+            # +inf in the unfilled list: the insertion's test reads the k-th before it is
+            # filled (its "not full" branch decides then), never uninitialised memory
+            for q in range(k):
+                bd[r, q] = T.float64(INF)
         for c in range(chunks):
             for r in T.unroll(count):
                 for lane in T.vectorized(LANES):
