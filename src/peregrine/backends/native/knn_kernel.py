@@ -38,6 +38,7 @@ from peregrine.kernels.irutil import F64, I1, I64, PTR, Loops, gep, splat
 from peregrine.kernels.threads import pool, usable_cpus
 
 LANES = 8  # fitted rows per vector: one AVX-512 register of doubles
+GROUP = 4  # query rows sharing each load of a chunk of fitted rows (the tail one at a time)
 # Below this many (row, fitted row, feature) terms per thread a hand-off costs more than it saves
 PARALLEL_MIN_TERMS = 1 << 20
 KERNEL = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
@@ -54,7 +55,7 @@ class KnnKernelSpec:
     width: int
     distance_weights: bool
     normalize: bool
-    version: str = "knn-2"
+    version: str = "knn-3"
 
     @property
     def key(self) -> str:
@@ -103,11 +104,12 @@ def _emit(module: ir.Module, spec: KnnKernelSpec) -> None:
     kk = ir.Constant(I64, k)
     with b.goto_block(entry):
         b.position_at_start(entry)
-        bd = b.alloca(F64, k, name="best_d")  # the row's k best, ascending
-        bi = b.alloca(I64, k, name="best_i")
+        # per row of a group: its k best, ascending, and how many are filled
+        bd_all = b.alloca(F64, GROUP * k, name="best_d")
+        bi_all = b.alloca(I64, GROUP * k, name="best_i")
+        cnt_all = b.alloca(I64, GROUP, name="count")
         wt = b.alloca(F64, k, name="weights")
         acc = b.alloca(F64, width, name="acc")
-    cnt = loops.var(I64, None, "count")
     place = loops.var(I64, None, "place")
 
     def slot(base: ir.Value, i: ir.Value, typ: ir.Type = F64) -> ir.Value:
@@ -151,8 +153,15 @@ def _emit(module: ir.Module, spec: KnnKernelSpec) -> None:
             return top
         return _program(b, pairwise, absolute)  # manhattan
 
-    def insert(dv: ir.Value, j: ir.Value) -> None:
+    def lists(g: int) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """Row ``g`` of the group's (best distances, best indices, count)."""
+        return (gep(b, bd_all, [ir.Constant(I64, g * k)], F64),
+                gep(b, bi_all, [ir.Constant(I64, g * k)], I64),
+                gep(b, cnt_all, [ir.Constant(I64, g)], I64))
+
+    def insert(g: int, dv: ir.Value, j: ir.Value) -> None:
         """The sorted list's insertion (see the module's docstring)."""
+        bd, bi, cnt = lists(g)
         n_now = b.load(cnt, typ=I64)
         full = b.icmp_signed(">=", n_now, kk)
         worst = b.load(slot(bd, ir.Constant(I64, k - 1)), typ=F64)
@@ -177,36 +186,46 @@ def _emit(module: ir.Module, spec: KnnKernelSpec) -> None:
 
     chunks = b.sdiv(b.add(m, ir.Constant(I64, LANES - 1)), ir.Constant(I64, LANES))
 
-    def row(r: ir.Value) -> None:
-        xrow = gep(b, x, [b.mul(r, ir.Constant(I64, d))], F64)
-        b.store(zero, cnt)
-        # +inf in the unfilled list: the chunk's pre-check and the insertion compare with the
-        # k-th before it is filled (their "not full" branch decides then), never with garbage
-        for i in range(k):
-            b.store(ir.Constant(F64, float("inf")), slot(bd, ir.Constant(I64, i)))
+    def rows(r: ir.Value, count: int) -> None:
+        """Rows r .. r + count - 1 together: each chunk of fitted rows is loaded once for them
+        (its distances to the rows are independent sums, computed side by side)."""
+        xrows = [gep(b, x, [b.mul(b.add(r, ir.Constant(I64, g)), ir.Constant(I64, d))], F64)
+                 for g in range(count)]
+        for g in range(count):
+            bd, _, cnt = lists(g)
+            b.store(zero, cnt)
+            # +inf in the unfilled list: the chunk's pre-check and the insertion compare with
+            # the k-th before it is filled (their "not full" branch decides then)
+            for i in range(k):
+                b.store(ir.Constant(F64, float("inf")), slot(bd, ir.Constant(I64, i)))
 
         def chunk(c: ir.Value) -> None:
             vbase = gep(b, v, [b.mul(c, ir.Constant(I64, d * LANES))], F64)
-            dist = distances(xrow, vbase)
-            # one comparison passes over a chunk with nothing below the k-th (a full list)
-            worst = b.load(slot(bd, ir.Constant(I64, k - 1)), typ=F64)
-            below = b.fcmp_ordered("<", dist, b.shuffle_vector(
-                b.insert_element(ir.Constant(vec, ir.Undefined), worst,
-                                 ir.Constant(ir.IntType(32), 0)),
-                ir.Constant(vec, ir.Undefined), splat(ir.IntType(32), LANES, 0)))
-            any_below = b.icmp_unsigned("!=", b.bitcast(below, ir.IntType(LANES)),
-                                        ir.Constant(ir.IntType(LANES), 0))
-            filling = b.icmp_signed("<", b.load(cnt, typ=I64), kk)
-            with b.if_then(b.or_(any_below, filling)):
-                for lane in range(LANES):
-                    j = b.add(b.mul(c, ir.Constant(I64, LANES)), ir.Constant(I64, lane))
-                    with b.if_then(b.icmp_signed("<", j, m)):
-                        insert(b.extract_element(dist, ir.Constant(ir.IntType(32), lane)), j)
+            dists = [distances(xrows[g], vbase) for g in range(count)]
+            for g, dist in enumerate(dists):
+                bd, _, cnt = lists(g)
+                # one comparison passes over a chunk with nothing below the k-th
+                worst = b.load(slot(bd, ir.Constant(I64, k - 1)), typ=F64)
+                below = b.fcmp_ordered("<", dist, b.shuffle_vector(
+                    b.insert_element(ir.Constant(vec, ir.Undefined), worst,
+                                     ir.Constant(ir.IntType(32), 0)),
+                    ir.Constant(vec, ir.Undefined), splat(ir.IntType(32), LANES, 0)))
+                any_below = b.icmp_unsigned("!=", b.bitcast(below, ir.IntType(LANES)),
+                                            ir.Constant(ir.IntType(LANES), 0))
+                filling = b.icmp_signed("<", b.load(cnt, typ=I64), kk)
+                with b.if_then(b.or_(any_below, filling)):
+                    for lane in range(LANES):
+                        j = b.add(b.mul(c, ir.Constant(I64, LANES)), ir.Constant(I64, lane))
+                        with b.if_then(b.icmp_signed("<", j, m)):
+                            insert(g, b.extract_element(dist, ir.Constant(ir.IntType(32),
+                                                                          lane)), j)
         loops.range(zero, chunks, one, chunk, "chunks")
-        finish(r)
+        for g in range(count):
+            finish(g, b.add(r, ir.Constant(I64, g)))
 
-    def finish(r: ir.Value) -> None:
+    def finish(g: int, r: ir.Value) -> None:
         # neighbors._base._get_weights, then scikit-learn's accumulation in neighbour order
+        bd, bi, _ = lists(g)
         flag = ir.Constant(I1, 0)
         for i in range(k):
             ci = ir.Constant(I64, i)
@@ -248,7 +267,10 @@ def _emit(module: ir.Module, spec: KnnKernelSpec) -> None:
         for col in range(width):
             b.store(b.fdiv(sums[col], total), slot(orow, ir.Constant(I64, col)))
 
-    loops.range(r0, r1, one, row, "rows")
+    group = ir.Constant(I64, GROUP)
+    grouped = b.add(r0, b.mul(b.sdiv(b.sub(r1, r0), group), group))
+    loops.range(r0, grouped, group, lambda r: rows(r, GROUP), "groups")
+    loops.range(grouped, r1, one, lambda r: rows(r, 1), "rows")
     b.ret_void()
 
 

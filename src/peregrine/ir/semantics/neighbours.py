@@ -49,13 +49,13 @@ EXTRA_CANDIDATES = 16
 KERNEL_MAX_FEATURES = 256
 # Euclidean distances: on wide rows or large fitted sets the rule's search (one BLAS product
 # over blocks, then the candidates' differences) beats every difference computed directly,
-# which reads all the fitted rows for each query row. Measured on AMD EPYC family 26, one
-# thread, 2,000 query rows, fitted rows x features, native kernel s / rule s: 10K x 32
-# 0.053 / 0.140, 10K x 64 0.109 / 0.148, 10K x 96 0.166 / 0.174, 10K x 128 0.260 / 0.187,
-# 50K x 50 0.67 / 0.71, 50K x 96 2.08 / 0.84, 20K x 200 1.81 / 0.62. The other metrics' rule
-# computes every difference too, through temporaries: always the kernel.
+# which reads all the fitted rows for each group of query rows. Measured on AMD EPYC family
+# 26, one thread, 2,000 query rows, fitted rows x features, native kernel s / rule s: 5K x 20
+# 0.011 / 0.066, 10K x 64 0.098 / 0.126, 10K x 128 0.222 / 0.178, 50K x 50 0.487 / 0.613,
+# 50K x 96 1.78 / 0.75, 20K x 200 1.25 / 0.51. The other metrics' rule computes every
+# difference too, through temporaries: always the kernel.
 KERNEL_EUCLIDEAN_FEATURES = 64
-KERNEL_EUCLIDEAN_VALUES = 1 << 21  # fitted rows x features (16 MiB of doubles)
+KERNEL_EUCLIDEAN_VALUES = 1 << 22  # fitted rows x features (32 MiB of doubles)
 
 
 def kernel_form(attrs: Any) -> str | None:
