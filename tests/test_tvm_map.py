@@ -25,10 +25,8 @@ from sklearn.preprocessing import (  # noqa: E402
 )
 
 import peregrine  # noqa: E402
-from peregrine.ir import GraphBuilder, Op  # noqa: E402
-from peregrine.ir.spec import MethodSpec, ModelSpec  # noqa: E402
-from peregrine.options import CompileOptions  # noqa: E402
-from peregrine.runtime.compiled import build  # noqa: E402
+from peregrine.ir import Op  # noqa: E402
+from tests.one_op import one_op_model  # noqa: E402
 from tests.tvm_cache import fresh_library_cache  # noqa: E402,F401 (autouse)
 
 WIDTH = 7
@@ -36,12 +34,7 @@ ROW_COUNTS = (1, 63, 64, 65, 300)  # one row, a task of 64 rows and its neighbou
 
 
 def _model(op: Op, backend: str, **attrs):
-    g = GraphBuilder()
-    node = g.add(op, (g.input(WIDTH),), width=WIDTH, **attrs)
-    spec = ModelSpec(graph=g.build({"transform": node}),
-                     methods={"transform": MethodSpec("transform")}, n_features=WIDTH,
-                     source="test.Columns")
-    return build(spec, backend, CompileOptions(), "cpu")
+    return one_op_model(op, WIDTH, WIDTH, backend, **attrs)
 
 
 def _values(rng, n: int) -> np.ndarray:

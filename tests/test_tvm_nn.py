@@ -13,10 +13,8 @@ import pytest
 pytest.importorskip("tvm")
 
 from peregrine import config  # noqa: E402
-from peregrine.ir import GraphBuilder, Op  # noqa: E402
-from peregrine.ir.spec import MethodSpec, ModelSpec  # noqa: E402
-from peregrine.options import CompileOptions  # noqa: E402
-from peregrine.runtime.compiled import build  # noqa: E402
+from peregrine.ir import Op  # noqa: E402
+from tests.one_op import one_op_model  # noqa: E402
 from tests.tvm_cache import fresh_library_cache  # noqa: E402,F401 (autouse)
 
 # at a forced x86-64-v2 level TVM's code has no FMA: each product is rounded first
@@ -24,14 +22,7 @@ _LEVEL = config.cpu_level()
 NO_FMA = _LEVEL is not None and "+fma" not in _LEVEL.llvm_features
 
 
-def _layer(op: Op, width: int, n_in: int, backend: str, **attrs):
-    """A model whose one method is the layer's output."""
-    g = GraphBuilder()
-    node = g.add(op, (g.input(n_in),), width=width, **attrs)
-    spec = ModelSpec(graph=g.build({"transform": node}),
-                     methods={"transform": MethodSpec("transform")}, n_features=n_in,
-                     source="test.Layer")
-    return build(spec, backend, CompileOptions(), "cpu")
+_layer = one_op_model  # a model whose one method is the layer's output
 
 
 def _fallbacks(compiled) -> list:

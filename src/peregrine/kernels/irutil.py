@@ -203,6 +203,23 @@ class Loops:
         b.position_at_end(done)
 
 
+def void_function(module: ir.Module, name: str, args: list[ir.Type], noalias: tuple[int, ...]
+                  ) -> tuple[ir.Function, ir.IRBuilder, Loops, ir.Block]:
+    """A ``void name(args...)`` kernel ready for its body: the arguments at ``noalias``
+    marked so, an entry block that holds only allocas (``Loops.var``, fixed-size scratch), and
+    the builder positioned in the block after it. Returns (function, builder, loops, entry)."""
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name=name)
+    for i in noalias:
+        fn.args[i].add_attribute("noalias")
+    entry = fn.append_basic_block("entry")
+    b = ir.IRBuilder(entry)
+    loops = Loops(b, entry)
+    body = fn.append_basic_block("start")
+    b.branch(body)
+    b.position_at_end(body)
+    return fn, b, loops, entry
+
+
 def gep(b: ir.IRBuilder, base: ir.Value, idx: list, source_etype: ir.Type) -> ir.Value:
     p = b.gep(base, idx, source_etype=source_etype)
     p.type = PTR  # opaque pointers: the element type travels with each load/store

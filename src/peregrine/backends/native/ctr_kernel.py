@@ -26,7 +26,7 @@ import numpy as np
 from llvmlite import ir
 
 from peregrine.kernels import jit
-from peregrine.kernels.irutil import F32, F64, I32, I64, PTR, Loops, gep
+from peregrine.kernels.irutil import F32, F64, I32, I64, PTR, gep, void_function
 from peregrine.kernels.threads import pool, usable_cpus
 
 # A projection's key -> entry map is dense (int32 per possible key) while it has at most this
@@ -73,17 +73,9 @@ class CtrKernelSpec:
 def _emit(module: ir.Module, symbol: str) -> None:
     # void f(const double* x, i64 width, i64 r0, i64 r1, float* out, const i64* desc,
     #        i64* scratch)   scratch: (n_codes + n_bits + 2 * n_proj + 1) * BLOCK int64
-    fnty = ir.FunctionType(ir.VoidType(), [PTR, I64, I64, I64, PTR, PTR, PTR])
-    fn = ir.Function(module, fnty, name=symbol)
+    fn, b, loops, _ = void_function(module, symbol, [PTR, I64, I64, I64, PTR, PTR, PTR],
+                                    (0, 4, 5, 6))
     x, width, r0, r1, out, desc, scratch = fn.args
-    for a in (x, out, desc, scratch):
-        a.add_attribute("noalias")
-    entry = fn.append_basic_block("entry")
-    b = ir.IRBuilder(entry)
-    loops = Loops(b, entry)
-    body = fn.append_basic_block("start")
-    b.branch(body)
-    b.position_at_end(body)
 
     def field(name: str, typ: ir.Type = I64) -> ir.Value:
         v = b.load(gep(b, desc, [ir.Constant(I64, _SLOT[name])], I64), typ=I64)

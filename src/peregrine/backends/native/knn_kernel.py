@@ -34,7 +34,7 @@ from llvmlite import ir
 from peregrine.ir.semantics.neighbours import kernel_form
 from peregrine.ir.semantics.row_sums import evaluate, row_sum_program
 from peregrine.kernels import jit
-from peregrine.kernels.irutil import F64, I1, I64, PTR, Loops, gep, splat
+from peregrine.kernels.irutil import F64, I1, I64, PTR, gep, splat, void_function
 from peregrine.kernels.threads import pool, usable_cpus
 
 LANES = 8  # fitted rows per vector: one AVX-512 register of doubles
@@ -88,17 +88,9 @@ def _emit(module: ir.Module, spec: KnnKernelSpec) -> None:
     #        i64 m, const double* values (m, width), double* out (n, width))
     d, k, width = spec.d, spec.k, spec.width
     vec = ir.VectorType(F64, LANES)
-    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR, I64, I64, PTR, I64, PTR,
-                                                             PTR]), name=spec.symbol)
+    fn, b, loops, entry = void_function(module, spec.symbol,
+                                        [PTR, I64, I64, PTR, I64, PTR, PTR], (0, 3, 5, 6))
     x, r0, r1, v, m, values, out = fn.args
-    for a in (x, v, values, out):
-        a.add_attribute("noalias")
-    entry = fn.append_basic_block("entry")
-    b = ir.IRBuilder(entry)
-    loops = Loops(b, entry)
-    start = fn.append_basic_block("start")
-    b.branch(start)
-    b.position_at_end(start)
     zero, one = ir.Constant(I64, 0), ir.Constant(I64, 1)
     f0, f1 = ir.Constant(F64, 0.0), ir.Constant(F64, 1.0)
     kk = ir.Constant(I64, k)
