@@ -170,12 +170,17 @@ def neighbour_models(rows: int) -> list[tuple[str, object, np.ndarray, str]]:
     X = rng.normal(size=(rows + 5_000, 20))
     y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int)
     fit, test = slice(0, 5_000), slice(5_000, None)
+    W = rng.normal(size=(20_000 + max(1, rows // 10), 200))
     return [
         ("KNeighborsClassifier(5), 5K fitted rows of 20", KNeighborsClassifier(5).fit(
             X[fit], y[fit]), X[test], "predict_proba"),
         ("KNeighborsRegressor(10, distance, manhattan)", KNeighborsRegressor(
             10, weights="distance", metric="manhattan").fit(X[fit], X[fit, 0]), X[test],
          "predict"),
+        # wide rows: the native backend's search (knn_search.py), TVM's fallback to the rule
+        ("KNeighborsClassifier(5), 20K fitted rows of 200 (rows / 10 queried)",
+         KNeighborsClassifier(5).fit(W[:20_000], W[:20_000, 0] > 0),
+         W[20_000:20_000 + max(1, rows // 10)], "predict_proba"),
     ]
 
 

@@ -12,8 +12,8 @@ goes after equal ones, the stable sort's order (ties at the k-th to the lowest i
 rule). A chunk none of whose distances is below the k-th is passed over with one comparison.
 
 Bits: each sum is added in the order of the rule's NumPy call (``ir/semantics/row_sums.py``'s
-programs, written out term by term: ``neighbours.kernel_form`` says where, the rule runs
-elsewhere, e.g. on wide euclidean rows, where its BLAS search is faster):
+programs, written out term by term: ``usable`` says where; wide or large euclidean models run
+the search, ``knn_search.py``, which is faster there, and the metrics no kernel computes the rule):
 euclidean ``np.einsum``'s order, minkowski p=2 and manhattan pairwise, the class and weight
 sums pairwise; products and sums are separate instructions (this backend's LLVM code fuses only
 what is marked for it), so distances, neighbours and outputs are the rule's bits
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 
-from peregrine.ir.semantics.neighbours import kernel_form
+from peregrine.ir.semantics.neighbours import kernel_form, metric_form
 from peregrine.ir.semantics.row_sums import evaluate, row_sum_program
 from peregrine.kernels import jit
 from peregrine.kernels.irutil import F64, I1, I64, PTR, gep, splat, void_function
@@ -73,9 +73,31 @@ class KnnKernelSpec:
         return module
 
 
+# Euclidean distances: this kernel or the backend's search (knn_search.py: a float32 BLAS
+# product, a candidate kernel, the candidates' distances), whichever a cost model fitted to
+# measurements says is faster, in ns per query row on m fitted rows of d features (AMD EPYC
+# family 26, one thread, k 5, 2,000 query rows): the kernel computes every term at
+# (0.045 + 0.0002 d) ns, or streams the fitted rows from memory at 0.1 ns a term once they
+# outgrow the cache (past 2^21 values); the search pays 3 us + 50 ns a feature per row (its
+# candidates' differences and sort), 0.37 ns a fitted row (the scan) and 0.027 ns a term
+# (the sgemm). Measured, kernel s / search s: 5K x 20 0.011 / 0.021, 1K x 64 0.009 / 0.020,
+# 3K x 64 0.025 / 0.024, 10K x 32 0.037 / 0.036, 30K x 24 0.066 / 0.073, 1K x 200 0.033 /
+# 0.035, 3K x 128 0.056 / 0.040, 100K x 16 0.148 / 0.173, 200K x 16 0.114 / 0.087 (500
+# query rows), 20K x 200 1.25 / 0.19.
+CACHED_VALUES = 1 << 21
+
+
+def faster_than_search(m: int, d: int) -> bool:
+    kernel = (0.045 + 0.0002 * d) * m * d
+    if m * d > CACHED_VALUES:
+        kernel = max(kernel, 0.1 * m * d)
+    return kernel <= 3000.0 + 50.0 * d + 0.37 * m + 0.027 * m * d
+
+
 def usable(attrs: Any) -> bool:
-    """Whether the kernel computes this KNN node (else its rule runs)."""
-    return kernel_form(attrs) is not None
+    """Whether the kernel computes this KNN node (else the search, knn_search.py, or the
+    rule)."""
+    return kernel_form(attrs, faster_than_search) is not None
 
 
 def _program(b: ir.IRBuilder, program: list[int], leaf: Any) -> ir.Value:
@@ -284,7 +306,7 @@ class KnnProgram:
         self.m, self.d = np.shape(a.vectors)
         self.values = np.ascontiguousarray(a.values, dtype=np.float64)
         self.width = int(self.values.shape[1])
-        spec = KnnKernelSpec(kernel_form(a) or "", int(self.d), int(a.k),
+        spec = KnnKernelSpec(metric_form(a) or "", int(self.d), int(a.k),
                              self.width, a.weights == "distance", bool(a.normalize))
         self._fn = KERNEL(jit.kernel_address(spec)[0])
 
@@ -327,9 +349,3 @@ def threads(options: Any) -> int:
         return int(options.n_threads)
     return usable_cpus()
 
-
-def run(node: Any, ins: list, options: Any) -> np.ndarray:
-    """KNN on the native backend: the kernel, or the op's rule for the metrics it leaves."""
-    if not usable(node.attrs):
-        return node.attrs.rule(node, ins, options)
-    return program(node.attrs)(np.asarray(ins[0]), threads(options))

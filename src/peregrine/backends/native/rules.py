@@ -11,8 +11,9 @@ tolerances the suite checks for both backends; 1M rows against 485 support vecto
 be inf - inf there: those rows are recomputed by differences (``rbf_fast_libsvm``).
 
 KNN runs its kernel (``knn_kernel.py``: every distance from the differences in the rule's
-order, a sorted k-best list per row), the rule's bits; cosine and minkowski p other than 1 and
-2 run the rule.
+order, a sorted k-best list per row), the rule's bits; wide or large euclidean models run the
+rule's search with its candidate step as a kernel (``knn_search.py``), the rule's bits too;
+cosine and minkowski p other than 1 and 2 run the rule.
 
 A PyTorch network's ops (DENSE, ACTIVATION, BATCH_NORM; issue #15 item 4) run torch's own
 kernels where torch is installed (``kernels/torch_nn.py``, as the torch backend does): the
@@ -30,7 +31,7 @@ from functools import partial
 
 import numpy as np
 
-from peregrine.backends.native import knn_kernel
+from peregrine.backends.native import knn_kernel, knn_search
 from peregrine.ir import Node, Op
 from peregrine.ir.semantics.kernels import rbf_expanded, rbf_fast_libsvm
 from peregrine.options import CompileOptions
@@ -44,10 +45,8 @@ def prepare(node: Node, options: CompileOptions) -> Callable[[list], np.ndarray]
     once: a plan's rule steps are prepared when it is made (executable.py), so one row pays
     for the arithmetic, not for converting the op's constants again."""
     a = node.attrs
-    if node.op is Op.KNN and knn_kernel.usable(a):  # its kernel, tables built once here
-        prog = knn_kernel.program(a)
-        threads = knn_kernel.threads(options)
-        return lambda ins: prog(np.asarray(ins[0]), threads)
+    if node.op is Op.KNN:
+        return _knn(node, options)
     if node.op is Op.KERNEL and a.kind == "rbf" and a.center_rows is None:
         v = np.ascontiguousarray(a.vectors, dtype=np.float64)
         vv, gamma = np.einsum("ij,ij->i", v, v), float(a.gamma)  # |v|^2: rbf_expanded's
@@ -60,8 +59,8 @@ def run(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
     """``node`` on its input values, as the native executable computes ops it has no kernel
     for."""
     a = node.attrs
-    if node.op is Op.KNN:  # its kernel (knn_kernel.py), or the rule for other metrics
-        return knn_kernel.run(node, ins, options)
+    if node.op is Op.KNN:
+        return _knn(node, options)(ins)
     if node.op is Op.CTR_LOOKUP:  # its row kernel (ctr_kernel.py)
         from peregrine.backends.native.ctr_kernel import run as run_ctr
 
@@ -75,3 +74,17 @@ def run(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
 
         return run_numpy(NETWORK_OPS[node.op], a, np.asarray(ins[0]))
     return a.rule(node, ins, options)
+
+
+def _knn(node: Node, options: CompileOptions) -> Callable[[list], np.ndarray]:
+    """A KNN node's run: its kernel (knn_kernel.py), the rule's euclidean search with the
+    candidate kernel (knn_search.py), else (cosine, minkowski p not in {1, 2}) the rule. The
+    kernels' tables are built on the first call and kept with the node's attributes."""
+    a, threads = node.attrs, knn_kernel.threads(options)
+    if knn_kernel.usable(a):
+        prog = knn_kernel.program(a)
+        return lambda ins: prog(np.asarray(ins[0]), threads)
+    if knn_search.usable(a):
+        search = knn_search.search(a, threads)
+        return lambda ins: search(ins[0])
+    return lambda ins: a.rule(node, ins, options)

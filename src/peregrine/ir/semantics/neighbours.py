@@ -58,8 +58,8 @@ KERNEL_EUCLIDEAN_FEATURES = 64
 KERNEL_EUCLIDEAN_VALUES = 1 << 22  # fitted rows x features (32 MiB of doubles)
 
 
-def kernel_form(attrs: Any) -> str | None:
-    """The form a kernel computes the KNN node ``attrs`` in, or None where its rule runs:
+def metric_form(attrs: Any) -> str | None:
+    """The form a kernel computes the KNN node ``attrs`` in, or None where none does:
     "euclidean" (sqrt of einsum's sum of squares), "minkowski2" (sqrt of the pairwise sum of
     squares), "manhattan" (the pairwise sum of absolute values; minkowski p=1 too),
     "chebyshev"."""
@@ -68,10 +68,22 @@ def kernel_form(attrs: Any) -> str | None:
         form = {1.0: "manhattan", 2.0: "minkowski2"}.get(float(attrs.p))
     else:
         form = metric if metric in ("euclidean", "manhattan", "chebyshev") else None
-    m = int(np.shape(attrs.vectors)[0])
-    if form is None or d > KERNEL_MAX_FEATURES or (
-            form in ("euclidean", "minkowski2") and (
-                d > KERNEL_EUCLIDEAN_FEATURES or m * d > KERNEL_EUCLIDEAN_VALUES)):
+    return None if d > KERNEL_MAX_FEATURES else form
+
+
+def rule_search_slower(m: int, d: int) -> bool:
+    """Whether a kernel computing every euclidean distance beats this rule's search on m
+    fitted rows of d features (the measurements above)."""
+    return d <= KERNEL_EUCLIDEAN_FEATURES and m * d <= KERNEL_EUCLIDEAN_VALUES
+
+
+def kernel_form(attrs: Any, kernel_faster: Any = rule_search_slower) -> str | None:
+    """``metric_form``, or None where the search beats computing every distance: for
+    euclidean distances (minkowski p=2 too) where ``kernel_faster(m, d)`` is false; the
+    backend's own search may be faster than this rule's (backends/native/knn_search.py)."""
+    form = metric_form(attrs)
+    m, d = np.shape(attrs.vectors)
+    if form in ("euclidean", "minkowski2") and not kernel_faster(int(m), int(d)):
         return None
     return form
 
@@ -118,43 +130,79 @@ def smallest(dist: np.ndarray, k: int) -> np.ndarray:
     return np.take_along_axis(cols, order, axis=1)
 
 
-def nearest(x: np.ndarray, v: np.ndarray, metric: str, p: float, k: int
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """(distances, indices) of each row's k nearest vectors, nearest first, ties by index."""
+def expanded_candidates(xb: np.ndarray, v: np.ndarray, vv: np.ndarray, n_cand: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """The euclidean search's first step for rows ``xb`` against fitted rows ``v`` (squared
+    norms ``vv``): each row's ``n_cand`` smallest expanded squared distances ``((x.v * -2) +
+    |x|^2) + |v|^2`` (any of them where values tie), and a lower bound on every other fitted
+    row's squared distance (``expanded_lower``). Returns (candidates (rows, n_cand), lower).
+    The native backend computes the same from the product with a kernel
+    (backends/native/knn_search.py); which of tied candidates is taken does not change
+    ``nearest``'s answer."""
+    xx = np.einsum("ij,ij->i", xb, xb)
+    with np.errstate(over="ignore", invalid="ignore"):
+        approx = xb @ v.T
+        approx *= -2.0
+        approx += xx[:, None]
+        approx += vv
+        cand = np.argpartition(approx, n_cand - 1, axis=1)[:, :n_cand]
+        bound = np.take_along_axis(approx, cand, axis=1).max(axis=1)
+        finite = np.isfinite(approx).all(axis=1)
+    return cand, expanded_lower(bound, finite, xx, float(vv.max()), v.shape[1])
+
+
+def expanded_lower(bound: np.ndarray, finite: np.ndarray, xx: np.ndarray, vv_max: float,
+                   d: int) -> np.ndarray:
+    """Per row, a lower bound on the squared distance (the specification's sum of squared
+    differences) of every fitted row that is not a candidate: each has an expanded value at
+    least ``bound``, which errs by at most the margin; -inf where some expanded value is not
+    finite (no bound)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        lower = bound - ERROR_BOUND * (d + 4) * EPS * (xx + vv_max)
+    return np.where(finite, lower, -np.inf)
+
+
+def nearest(x: np.ndarray, v: np.ndarray, metric: str, p: float, k: int,
+            candidates: Any = None, redo: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """(distances, indices) of each row's k nearest vectors, nearest first, ties by index.
+
+    Euclidean distances (minkowski p=2 too) are searched: ``candidates(rows, n_cand)`` gives
+    each row's candidates and a lower bound on every other fitted row's squared distance
+    (``expanded_candidates`` by default); the k nearest candidates are the answer where the
+    bound is above the k-th's squared distance, and the other rows are answered by
+    ``redo(rows)`` ((distances, indices); by default every distance computed)."""
     n, m = x.shape[0], v.shape[0]
     n_cand = min(m, 2 * k + EXTRA_CANDIDATES)
+
+    def every_distance(xr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dist_all = distances(xr, v, metric, p)
+        r_idx = smallest(dist_all, k)
+        return np.take_along_axis(dist_all, r_idx, axis=1), r_idx
+
     if not (metric == "euclidean" or (metric == "minkowski" and p == 2.0)) or n_cand >= m:
-        dist_all = distances(x, v, metric, p)
-        idx = smallest(dist_all, k)
-        return np.take_along_axis(dist_all, idx, axis=1), idx
-    vv = np.einsum("ij,ij->i", v, v)
-    slack = ERROR_BOUND * (v.shape[1] + 4) * EPS
+        return every_distance(x)
+    if candidates is None:
+        vv = np.einsum("ij,ij->i", v, v)
+
+        def candidates(xb: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+            return expanded_candidates(xb, v, vv, count)
+    redo = redo or every_distance
     dist, idx = np.empty((n, k)), np.empty((n, k), dtype=np.int64)
     for sl in row_chunks(n, m):
         xb = x[sl]
-        xx = np.einsum("ij,ij->i", xb, xb)
+        cand, lower = candidates(xb, n_cand)
         with np.errstate(over="ignore", invalid="ignore"):
-            approx = xb @ v.T
-            approx *= -2.0
-            approx += xx[:, None]
-            approx += vv
-            cand = np.argpartition(approx, n_cand - 1, axis=1)[:, :n_cand]
-            bound = np.take_along_axis(approx, cand, axis=1).max(axis=1)
             cand.sort(axis=1)  # index order: the stable sort below breaks ties by index
             d = _from_differences(xb[:, None, :] - v[cand], metric, p)
             order = np.argsort(d, axis=1, kind="stable")[:, :k]
             near, near_idx = np.take_along_axis(d, order, axis=1), np.take_along_axis(
                 cand, order, axis=1)
-            # a non-candidate's exact squared distance is >= bound - margin; strictly above
-            # the k-th's (with a few ulps for the root's rounding) it cannot be chosen
-            margin = slack * (xx + vv.max())
-            safe = (bound - margin) > near[:, -1] ** 2 * (1.0 + 8.0 * EPS)
-            safe &= np.isfinite(approx).all(axis=1)
+            # strictly above the k-th's (with a few ulps for the root's rounding), no other
+            # fitted row can be chosen
+            safe = lower > near[:, -1] ** 2 * (1.0 + 8.0 * EPS)
         if not safe.all():
-            redo = np.flatnonzero(~safe)
-            dist_all = distances(xb[redo], v, metric, p)
-            r_idx = smallest(dist_all, k)
-            near[redo], near_idx[redo] = np.take_along_axis(dist_all, r_idx, axis=1), r_idx
+            rows = np.flatnonzero(~safe)
+            near[rows], near_idx[rows] = redo(xb[rows])
         dist[sl], idx[sl] = near, near_idx
     return dist, idx
 
@@ -202,12 +250,15 @@ class Knn(Attrs):
         return int(np.shape(self.values)[1])
 
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
-        k = int(self.k)
-        near, idx = nearest(f64(ins[0]), f64(self.vectors), self.metric, float(self.p), k)
+        return self.combine(*nearest(f64(ins[0]), f64(self.vectors), self.metric,
+                                     float(self.p), int(self.k)))
+
+    def combine(self, near: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """The output from each row's k nearest (distances, indices), nearest first."""
         w = distance_weights(near) if self.weights == "distance" else np.ones(idx.shape)
         values = f64(self.values)
         out = np.zeros((idx.shape[0], values.shape[1]))
-        for i in range(k):  # neighbour order, as sklearn accumulates
+        for i in range(idx.shape[1]):  # neighbour order, as sklearn accumulates
             out += w[:, i:i + 1] * values[idx[:, i]]
         if self.normalize:
             total = out.sum(axis=1, keepdims=True)
