@@ -1,4 +1,4 @@
-"""The compiled KNN kernels (backends/native/knn_kernel.py, backends/tvm/knn.py): each backend's
+"""The compiled KNN kernels (kernels/knn.py, backends/tvm/knn.py): each backend's
 KNeighborsClassifier and KNeighborsRegressor with each kernel metric, uniform and distance
 weights, against scikit-learn and bit for bit against the reference backend's rule: fitted
 sets smaller and larger than the rule's candidate count, rows around the kernels' vectors of 8
@@ -155,8 +155,8 @@ def test_wide_euclidean_rows_run_the_rule(backend):
         _bits_equal(fast.predict_proba(Q), ref.predict_proba(Q), metric)
 
 
-# --- the native euclidean search (backends/native/knn_search.py): where its cost model says
-# it beats knn_kernel (big fitted sets, wide rows), the rule's search with its candidate step
+# --- the native euclidean search (kernels/knn_search.py): where its cost model says
+# it beats knn.py's kernel (big fitted sets, wide rows), the rule's search with its candidate step
 # as a kernel, in float32 then float64 ---
 
 WIDE = 65
@@ -165,22 +165,22 @@ WIDE = 65
 @pytest.fixture
 def search_everywhere(monkeypatch):
     """Small models through the search (the cost model would give them the kernel)."""
-    from peregrine.backends.native import knn_kernel
+    from peregrine.kernels import knn
 
-    monkeypatch.setattr(knn_kernel, "faster_than_search", lambda m, d: False)
+    monkeypatch.setattr(knn, "faster_than_search", lambda m, d: False)
 
 
 def _search_model(model):
-    from peregrine.backends.native import knn_kernel, knn_search
+    from peregrine.kernels import knn, knn_search
 
     node = next(n for n in peregrine.compile(model, "reference").spec.graph.nodes
                 if n.op.name == "KNN")
-    assert not knn_kernel.usable(node.attrs) and knn_search.usable(node.attrs)
+    assert not knn.usable(node.attrs) and knn_search.usable(node.attrs)
     return model
 
 
 def test_cost_model_chooses_the_search_for_big_models():
-    from peregrine.backends.native.knn_kernel import faster_than_search
+    from peregrine.kernels.knn import faster_than_search
 
     assert faster_than_search(5_000, 20) and faster_than_search(1_000, 200)
     assert not faster_than_search(20_000, 200) and not faster_than_search(4_000, 100)
@@ -239,7 +239,7 @@ def test_native_search_tiers(scale):
     """Data the float32 tier serves (unit scale), and scales it leaves to the float64 tier
     (tiny: its bound ignores float32's subnormals; huge: float32 would overflow), and tight
     clusters far from the mean (its bound too loose): the rule's bits every time."""
-    from peregrine.backends.native import knn_search
+    from peregrine.kernels import knn_search
 
     rng = np.random.default_rng(12)
     centres = rng.normal(size=(6, 30)) * 1e3
@@ -259,7 +259,7 @@ def test_candidate_kernel_against_numpy(dtype):
     same K-th smallest value and finiteness, and a set of the K smallest (every candidate at
     most the bound, every other fitted row at least it), ties, overflow and tiny values
     included."""
-    from peregrine.backends.native.knn_search import Candidates
+    from peregrine.kernels.knn_search import Candidates
 
     rng = np.random.default_rng(4)
     v = rng.normal(size=(203, 9)).astype(dtype)
@@ -292,7 +292,7 @@ def test_float32_tier_bound(case):
     scales the tier hands on (tiny, huge: no bound)."""
     from types import SimpleNamespace
 
-    from peregrine.backends.native.knn_search import Search
+    from peregrine.kernels.knn_search import Search
 
     rng = np.random.default_rng(9)
     d = 70
@@ -324,3 +324,26 @@ def test_float32_tier_bound(case):
     if case in ("normal", "offset"):  # most rows are answered by this tier
         near = np.sort(spec, axis=1)[:, 4]
         assert (lower > near * (1 + 1e-15)).mean() > 0.8
+
+
+# --- the torch backend on the CPU runs the same kernels (kernels/knn.py), eagerly ---
+
+
+@pytest.mark.parametrize("metric,p,m,d", [("euclidean", 2, 300, 6), ("manhattan", 1, 300, 6),
+                                          ("euclidean", 2, 4_000, 100)])  # the search
+def test_torch_backend_runs_the_kernels_on_cpu(metric, p, m, d):
+    """Eager torch on the CPU: the kernels' answer, the reference backend's bits; with
+    ``fused_kernels=False`` and through TorchScript the torch code (the same answer within
+    rounding: torch sums the differences in its own order)."""
+    rng = np.random.default_rng(m)
+    X = rng.normal(size=(m, d))
+    model = KNeighborsRegressor(5, metric=metric, p=p, weights="distance").fit(
+        X, rng.normal(size=(m, 2)))
+    Q = _rows(rng, X, 400)
+    want = peregrine.compile(model, "reference").predict(Q)
+    _bits_equal(peregrine.compile(model, "torch").predict(Q), want, "torch, kernels")
+    op_by_op = peregrine.compile(model, "torch",
+                                 options=peregrine.CompileOptions(fused_kernels=False))
+    for other in (op_by_op, peregrine.compile(model, "torchscript")):
+        np.testing.assert_allclose(other.predict(Q), want, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(want, model.predict(Q), rtol=1e-5, atol=1e-6)

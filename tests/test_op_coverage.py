@@ -35,7 +35,7 @@ OPS = frozenset(op for op in Op if op is not Op.INPUT)
 # networks, wide layers and the activations through tanh/expm1/log1p/erf run their rule)
 # tvm -1 (2026-11-29): KNN (backends/tvm/knn.py; cosine, minkowski p other than 1 and 2 and
 # rows of more than 256 features run their rule)
-# native -1 (2026-11-29): KNN, its own kernel (backends/native/knn_kernel.py; cosine and
+# native -1 (2026-11-29): KNN, its own kernel (kernels/knn.py; cosine and
 # minkowski p not in {1, 2} run the rule)
 MAX_FALLBACKS = {"native": 20, "torch": 0, "torchscript": 0, "reference": 0, "tvm": 6}
 

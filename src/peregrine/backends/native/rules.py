@@ -10,9 +10,9 @@ tolerances the suite checks for both backends; 1M rows against 485 support vecto
 25 s to 1.6 s (benchmark run 5). A row whose |x|^2 overflows (a feature past ~1.3e154) would
 be inf - inf there: those rows are recomputed by differences (``rbf_fast_libsvm``).
 
-KNN runs its kernel (``knn_kernel.py``: every distance from the differences in the rule's
+KNN runs its kernel (``kernels/knn.py``: every distance from the differences in the rule's
 order, a sorted k-best list per row), the rule's bits; wide or large euclidean models run the
-rule's search with its candidate step as a kernel (``knn_search.py``), the rule's bits too;
+rule's search with its candidate step as a kernel (``kernels/knn_search.py``), the rule's bits too;
 cosine and minkowski p other than 1 and 2 run the rule.
 
 A PyTorch network's ops (DENSE, ACTIVATION, BATCH_NORM; issue #15 item 4) run torch's own
@@ -31,9 +31,9 @@ from functools import partial
 
 import numpy as np
 
-from peregrine.backends.native import knn_kernel, knn_search
 from peregrine.ir import Node, Op
 from peregrine.ir.semantics.kernels import rbf_expanded, rbf_fast_libsvm
+from peregrine.kernels import knn
 from peregrine.options import CompileOptions
 
 NETWORK_OPS = {Op.DENSE: "dense", Op.ACTIVATION: "activation", Op.BATCH_NORM: "batch_norm"}
@@ -77,14 +77,10 @@ def run(node: Node, ins: list, options: CompileOptions) -> np.ndarray:
 
 
 def _knn(node: Node, options: CompileOptions) -> Callable[[list], np.ndarray]:
-    """A KNN node's run: its kernel (knn_kernel.py), the rule's euclidean search with the
-    candidate kernel (knn_search.py), else (cosine, minkowski p not in {1, 2}) the rule. The
-    kernels' tables are built on the first call and kept with the node's attributes."""
-    a, threads = node.attrs, knn_kernel.threads(options)
-    if knn_kernel.usable(a):
-        prog = knn_kernel.program(a)
-        return lambda ins: prog(np.asarray(ins[0]), threads)
-    if knn_search.usable(a):
-        search = knn_search.search(a, threads)
-        return lambda ins: search(ins[0])
-    return lambda ins: a.rule(node, ins, options)
+    """A KNN node's run: its kernel or the euclidean search (``kernels/knn.py``), else
+    (cosine, minkowski p not in {1, 2}) the rule."""
+    a = node.attrs
+    run = knn.runner(a, knn.threads(options))
+    if run is None:
+        return lambda ins: a.rule(node, ins, options)
+    return lambda ins: run(ins[0])

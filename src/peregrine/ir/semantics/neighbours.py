@@ -43,7 +43,7 @@ ERROR_BOUND = 8.0
 EXTRA_CANDIDATES = 16
 
 # The metrics a compiled kernel computes the rule's way, distance by distance from the
-# differences in the rule's NumPy order (backends/tvm/knn.py, backends/native/knn_kernel.py):
+# differences in the rule's NumPy order (backends/tvm/knn.py, kernels/knn.py):
 # each sum is written out term by term, so rows up to this many features. The others (cosine's
 # BLAS product, minkowski's pow for p other than 1 and 2) run this rule.
 KERNEL_MAX_FEATURES = 256
@@ -80,7 +80,7 @@ def rule_search_slower(m: int, d: int) -> bool:
 def kernel_form(attrs: Any, kernel_faster: Any = rule_search_slower) -> str | None:
     """``metric_form``, or None where the search beats computing every distance: for
     euclidean distances (minkowski p=2 too) where ``kernel_faster(m, d)`` is false; the
-    backend's own search may be faster than this rule's (backends/native/knn_search.py)."""
+    backend's own search may be faster than this rule's (kernels/knn_search.py)."""
     form = metric_form(attrs)
     m, d = np.shape(attrs.vectors)
     if form in ("euclidean", "minkowski2") and not kernel_faster(int(m), int(d)):
@@ -137,7 +137,7 @@ def expanded_candidates(xb: np.ndarray, v: np.ndarray, vv: np.ndarray, n_cand: i
     |x|^2) + |v|^2`` (any of them where values tie), and a lower bound on every other fitted
     row's squared distance (``expanded_lower``). Returns (candidates (rows, n_cand), lower).
     The native backend computes the same from the product with a kernel
-    (backends/native/knn_search.py); which of tied candidates is taken does not change
+    (kernels/knn_search.py); which of tied candidates is taken does not change
     ``nearest``'s answer."""
     xx = np.einsum("ij,ij->i", xb, xb)
     with np.errstate(over="ignore", invalid="ignore"):

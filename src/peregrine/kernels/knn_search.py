@@ -1,5 +1,5 @@
 """Native euclidean KNN on wide rows and big fitted sets, where a search is faster than
-``knn_kernel``'s every distance from the differences (``knn_kernel.faster_than_search``):
+``knn.py``'s every distance from the differences (``knn.faster_than_search``):
 the rule's ``neighbours.nearest``, its candidate step done by a kernel, in two tiers.
 
 The rule's step writes the expanded squared distances ``((x.v * -2) + |x|^2) + |v|^2`` in
@@ -7,7 +7,7 @@ three passes over the (rows, fitted rows) product, partitions every row
 (``np.argpartition``, about half of its time on one thread) and checks every value's
 finiteness in a fifth pass. The candidate kernel reads the BLAS product once: per row it forms
 each expanded distance, keeps the K smallest in a sorted list (a vector of values checked
-against the K-th with one comparison, as ``knn_kernel``), and notes any value that is not
+against the K-th with one comparison, as ``knn.py``), and notes any value that is not
 finite. Only the candidates' distances are then computed, from their differences (the rule's
 code: its bits), and the k nearest of them are the answer where a lower bound on every other
 fitted row's distance is above the k-th's; which of equal values became candidates does not

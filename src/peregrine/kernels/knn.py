@@ -1,9 +1,10 @@
-"""Native KNN (``ir/semantics/neighbours.py``: KNeighborsClassifier / Regressor): one LLVM
-kernel from the rows to the weighted average of their neighbours' values, rows split over the
-native thread pool. The op's NumPy rule, which this backend ran, finds euclidean candidates
-by one BLAS product and a partition of every (row, fitted row) value, and builds the other
-metrics' differences chunk by chunk: 2x and 7x behind scikit-learn's own search on one thread
-(docs/native.md).
+"""KNN on the CPU (``ir/semantics/neighbours.py``: KNeighborsClassifier / Regressor), for the
+native backend and the torch backend's CPU programs: one LLVM kernel from the rows to the
+weighted average of their neighbours' values, rows split over the thread pool, or for big
+euclidean models the search (``knn_search.py``); ``runner`` picks. The op's NumPy rule finds
+euclidean candidates by one BLAS product and a partition of every (row, fitted row) value,
+and builds the other metrics' differences chunk by chunk: 2x and 7x behind scikit-learn's own
+search on one thread (docs/native.md).
 
 Per row, every fitted row's distance is computed from the differences, eight fitted rows per
 vector (stored ``(chunks, d, 8)``, zero-padded), and the row's k best are kept in a sorted list
@@ -349,3 +350,17 @@ def threads(options: Any) -> int:
         return int(options.n_threads)
     return usable_cpus()
 
+
+def runner(attrs: Any, n_threads: int) -> Any:
+    """``rows -> output`` for the KNN node ``attrs`` on ``n_threads`` threads: this kernel,
+    the search (``knn_search.py``), or None for the metrics neither computes (cosine,
+    minkowski p other than 1 and 2: the rule's). Tables are built on the first call and kept
+    with the node's attributes."""
+    from peregrine.kernels import knn_search  # (it imports nothing of this module)
+
+    if usable(attrs):
+        prog = program(attrs)
+        return lambda x: prog(np.asarray(x), n_threads)
+    if knn_search.usable(attrs):
+        return knn_search.search(attrs, n_threads)
+    return None
