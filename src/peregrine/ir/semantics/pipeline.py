@@ -282,12 +282,6 @@ class Impute(Attrs):
         return np.where(hit, f64(self.values), x)
 
 
-def category_matches(x: np.ndarray, cats: np.ndarray) -> np.ndarray:
-    """(n, len(cats)) bool: x equals the category, NaN matching a NaN category."""
-    x = x[:, None]
-    return (x == cats[None, :]) | (np.isnan(x) & np.isnan(cats)[None, :])
-
-
 def category_slots(x: np.ndarray, cats: np.ndarray, slots: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Per value of ``x``: the slot of the category it equals (-1 when none, or when that
@@ -397,10 +391,11 @@ class CategoryMap(Attrs):
         out = x.copy()
         for j, cats, codes, unknown in zip(self.columns, self.categories, self.codes,
                                            self.unknown):
-            hit = category_matches(x[:, int(j)], f64(cats))
-            first = np.argmax(hit, axis=1)
-            code = np.append(f64(codes), np.nan)[np.where(hit.any(axis=1), first, len(codes))]
-            out[:, int(j)] = np.where(hit.any(axis=1), code, float(unknown))
+            # the first equal category by a sorted lookup (category_slots: a stable sort, so
+            # among equal categories the first), one pass instead of one per category
+            slot, found = category_slots(x[:, int(j)], f64(cats), np.arange(len(cats)))
+            code = f64(codes)[np.maximum(slot, 0)] if len(cats) else slot.astype(np.float64)
+            out[:, int(j)] = np.where(found, code, float(unknown))
         return out
 
 
