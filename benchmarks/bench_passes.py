@@ -1,6 +1,7 @@
-"""What the column passes buy (run by hand, not a test): feature-selection injection and
-push-down (issue #12), each model compiled on the same commit with the passes on and with
-``CompileOptions(disable_passes=("inject", "pushdown"))``, against the source library.
+"""What the column passes and the vote fold buy (run by hand, not a test): feature-selection
+injection and push-down (issue #12) and ``fold_votes``, each model compiled on the same commit
+with the passes on and with ``CompileOptions(disable_passes=("inject", "pushdown",
+"fold_votes"))``, against the source library.
 
     .venv/bin/python benchmarks/bench_passes.py --rows 1000000
 
@@ -15,6 +16,8 @@ Cases:
 - push-down, DataFrame: the same, fitted and scored on a 500-column DataFrame (column names):
   the input boundary converts only the 20 columns the program reads and proves the other 480
   finite in place (SelectKBest rejects NaN/inf in every column).
+- votes: AdaBoostClassifier(50 decision stumps, 3 classes) on 20 features: each tree's vote
+  (argmax, one-hot, weight table) folded into its leaves (``--cases adaboost``).
 Median of --repeats calls after one warm-up, wall and process CPU time (both threads); answers
 checked equal (passes on vs off: the same bits; vs the library: rtol 1e-5 / atol 1e-6).
 """
@@ -35,7 +38,7 @@ for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-OFF = ("inject", "pushdown")
+OFF = ("inject", "pushdown", "fold_votes")
 
 
 def _cpu() -> str:
@@ -97,6 +100,19 @@ def pushdown_frame_case(n_fit: int, seed: int = 0):
             lambda n: pd.DataFrame(rows(n), columns=cols))
 
 
+def adaboost_case(n_fit: int, seed: int = 0):
+    from sklearn.ensemble import AdaBoostClassifier
+    from sklearn.tree import DecisionTreeClassifier
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_fit, 20))
+    y = (X[:, 0] + X[:, 1] * X[:, 2] > 0).astype(int) + (X[:, 3] > 1)
+    model = AdaBoostClassifier(DecisionTreeClassifier(max_depth=1), n_estimators=50,
+                               random_state=0).fit(X, y)
+    return "votes: AdaBoostClassifier(50 stumps, 3 classes)", model, \
+        lambda n: rng.normal(size=(n, 20))
+
+
 def _time(fn, data, repeats: int) -> tuple[tuple[float, float], object]:
     """(median wall seconds, median process CPU seconds) and the answer."""
     out = fn(data)
@@ -152,7 +168,8 @@ def main(argv=None) -> int:
               f"{lib[1] / t[1]:.2f} |")
 
     cases = {"injection": partial(injection_case, colsample=args.colsample),
-             "pushdown": pushdown_case, "pushdown_frame": pushdown_frame_case}
+             "pushdown": pushdown_case, "pushdown_frame": pushdown_frame_case,
+             "adaboost": adaboost_case}
     for make in (cases[c] for c in args.cases.split(",")):
         title, model, rows = make(args.fit_rows)
         data = rows(args.rows)

@@ -15,6 +15,7 @@ from peregrine.passes.cleanup import dead_nodes, duplicates
 from peregrine.passes.columns import inject, pushdown
 from peregrine.passes.decisions import drop_monotone_decisions
 from peregrine.passes.fold_linear import fold_linear
+from peregrine.passes.fold_votes import fold_votes
 from peregrine.passes.manager import Pass, format_graph, run_pipeline
 from peregrine.passes.measure import gated_changed, measure
 from peregrine.passes.simplify import drop_identity_links, fold_affine_chains
@@ -28,6 +29,8 @@ PIPELINE: tuple[Pass, ...] = (
          "or normalisation", gated=True),
     Pass("fold_linear", fold_linear, "(fast) scaler -> linear, affine -> linear and linear -> "
          "linear chains feeding only scores become one LINEAR", gated=True),
+    Pass("fold_votes", fold_votes, "a single tree's vote (argmax, one-hot, linear: AdaBoost's "
+         "terms) folded into its leaves"),
     Pass("duplicates", duplicates, "nodes computing the same thing merged"),
     Pass("inject", inject, "steps before a tree ensemble compute only the features it splits "
          "on (unused one-hot, scaler, imputer... columns are never computed)"),

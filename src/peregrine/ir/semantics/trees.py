@@ -71,7 +71,12 @@ def forest_leaves(forest: Forest, X: np.ndarray, precision: Precision = Precisio
 
 def forest_predict(forest: Forest, X: np.ndarray, precision: Precision = Precision.AUTO):
     """Aggregated ensemble output (n_rows, n_outputs) in float64."""
-    leaves = forest_leaves(forest, X, precision)
+    return aggregate(forest, forest_leaves(forest, X, precision), precision)
+
+
+def aggregate(forest: Forest, leaves: np.ndarray, precision: Precision = Precision.AUTO):
+    """The ensemble's output (n_rows, n_outputs) float64 for rows reaching ``leaves`` (leaf node
+    indices, (n_rows, n_trees)): the libraries' sum and division (below)."""
     n = leaves.shape[0]
     # the library's own sum: its dtype, trees in order, from the base score for boosting
     # (Forest.sum_dtype, Forest.sum_starts_at_base): bit for bit, not just within a tolerance
