@@ -22,7 +22,7 @@ matter.
 2. **float64 tier**, for the rows whose float32 bound does not separate the k-th neighbour
    (near ties; norms outside float32's comfortable range): the same step on the float64 rows,
    with the rule's own expanded form and bound (``neighbours.expanded_lower``);
-3. and the rows that fails, every distance (the rule's ``redo``).
+3. and for the rows that fail that too, every distance (the rule's ``redo``).
 """
 
 from __future__ import annotations
