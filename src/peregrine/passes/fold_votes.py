@@ -55,7 +55,8 @@ def _chain(tree: Node, users: dict[str, list[Node]], readers: dict[str, int]
     row has at most one 1 (categories are distinct) and the LINEAR adds one product."""
     if tree.op is not Op.TREE_ENSEMBLE or tree.attrs.forest.n_trees != 1:
         return None
-    chain, node = [], tree
+    chain: list[Node] = []
+    node = tree
     for op in _CHAIN:
         nxt = [u for u in users.get(node.name, []) if u.op is op and len(u.inputs) == 1]
         if len(nxt) != 1 or (chain and readers.get(node.name, 0) != 1):

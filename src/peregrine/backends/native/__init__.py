@@ -9,6 +9,7 @@ names one.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 import threading
@@ -17,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from peregrine.backends.base import Backend, Executable
+from peregrine.backends.native.merge import merge_tree_sums
 from peregrine.backends.native.schedule import (
     Lanes,
     Layout,
@@ -28,7 +30,7 @@ from peregrine.backends.native.schedule import (
 from peregrine.errors import ArtifactError, UnsupportedModelError
 from peregrine.ir import Op
 from peregrine.ir.spec import ModelSpec
-from peregrine.options import CompileOptions
+from peregrine.options import CompileOptions, Precision
 
 # Ops with native code: forests (and the epilogue ops fused into their kernels) and the row-wise
 # ops fused into row kernels (kernels/rowwise.py: each row read once, every op in registers).
@@ -118,6 +120,11 @@ def compile_spec(spec: ModelSpec, options: CompileOptions, target=None, *,
     threads = default_threads(options)
     stored = _saved_choices(saved, target)
     programs, reasons = {}, {}
+    if options.precision in (Precision.AUTO, Precision.FAST):  # forests summing in float64
+        graph, merged = merge_tree_sums(spec.graph)
+        if merged:
+            spec = dataclasses.replace(spec, graph=graph)
+            reasons.update(merged)
     for node in spec.graph.nodes:
         if node.op is not Op.TREE_ENSEMBLE:
             continue
@@ -132,7 +139,7 @@ def compile_spec(spec: ModelSpec, options: CompileOptions, target=None, *,
         programs[node.name] = ForestProgram(
             forest, choice.schedule, precision=options.precision, target=target,
             n_threads=threads, small=choice.few_rows, small_rows=choice.few_rows_max)
-        reasons[node.name] = choice.why
+        reasons[node.name] = "; ".join(r for r in (reasons.get(node.name), choice.why) if r)
     # every kernel now (or from the disk cache), not on the first call, several at once: the
     # forests' first (planning the methods calls them: their one-row buffers), then the fused
     # regions' that NativeExecutable makes while it plans each method
