@@ -1,7 +1,7 @@
 """Peregrine: compile trained classical-ML models into fast, exact programs.
 
 >>> import peregrine
->>> fast = peregrine.compile(fitted_model, backend="torch")
+>>> fast = peregrine.compile(fitted_model)  # backend="auto": native code on a CPU
 >>> fast.predict_proba(X)
 """
 

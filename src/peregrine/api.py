@@ -21,7 +21,7 @@ from peregrine.sources import is_model_source, load_model
 
 def compile(  # noqa: A001 - the public name users expect
     model: Any,
-    backend: str = "torch",
+    backend: str = "auto",
     *,
     device: str = "cpu",
     options: CompileOptions | None = None,
@@ -37,8 +37,9 @@ def compile(  # noqa: A001 - the public name users expect
         ``peregrine.sources`` reads (XGBoost JSON/UBJSON, LightGBM text, CatBoost .cbm/JSON,
         ONNX), loaded with the library's own loader. Pickles are never read here.
     backend:
-        ``"torch"``, ``"torchscript"``, ``"reference"``, ``"native"`` or ``"auto"`` (the fastest
-        available on this machine).
+        ``"auto"`` (the default: the fastest backend installed for ``device``, native LLVM code
+        on a CPU, torch on CUDA; ``compiled.to(device)`` re-picks), ``"native"``, ``"torch"``,
+        ``"torchscript"``, ``"tvm"`` or ``"reference"``.
     device:
         ``"cpu"`` or a torch device such as ``"cuda"`` (tensor backends only).
     options:
@@ -59,8 +60,9 @@ def compile(  # noqa: A001 - the public name users expect
             "CompileOptions(validate=True) needs sample_input: representative rows to run "
             "through both the source model and the compiled program"
         )
-    if backend == "auto":
-        backend = resolve_auto()
+    auto = backend == "auto"
+    if auto:
+        backend = resolve_auto(device)
     get_backend(backend).prefetch()
     if is_model_source(model):
         model = load_model(model).model
@@ -87,6 +89,7 @@ def compile(  # noqa: A001 - the public name users expect
     # Precision.FAST: the gated passes' measured error, on these rows or synthetic ones
     report_error(exact_graph, spec.graph, report, rows, options)
     compiled = build(spec, backend, options, device, sample=rows)
+    compiled.auto_backend = auto
     _report_low_precision(compiled, backend, report, rows, options)
     compiled.passes = report
     if options.validate:
@@ -124,7 +127,7 @@ def load(path: str | os.PathLike | bytes | IO[bytes], *, backend: str | None = N
 
     ``path`` is a file path, the artifact's bytes, or a binary file object (what a server,
     a Dask worker or a Spark task receives). The program is rebuilt for the saved backend
-    (or ``backend`` if given) from the stored IR.
+    (or ``backend`` if given; ``"auto"``: the fastest one for the device) from the stored IR.
     """
     from peregrine.runtime.artifact import load_artifact
 
@@ -138,6 +141,9 @@ def load(path: str | os.PathLike | bytes | IO[bytes], *, backend: str | None = N
     except (KeyError, ValueError, TypeError) as exc:
         raise ArtifactError(f"{path}: stored options are invalid ({exc})") from exc
     chosen = backend or body["backend"]
+    auto = chosen == "auto"
+    if auto:
+        chosen = resolve_auto(device or body["device"])
     # the saved program's choices (e.g. native schedules) apply to the backend that made them
     saved = body.get("backend_state") if chosen == body["backend"] else None
     if saved is not None and not isinstance(saved, dict):
@@ -152,6 +158,7 @@ def load(path: str | os.PathLike | bytes | IO[bytes], *, backend: str | None = N
     compiled = build(spec, chosen, options, device or body["device"], content_hash, saved=saved)
     compiled.validation = validation
     compiled.passes = passes
+    compiled.auto_backend = auto
     return compiled
 
 

@@ -51,12 +51,20 @@ def available_backends() -> list[str]:
     return out
 
 
-def resolve_auto() -> str:
-    avail = available_backends()
+def resolve_auto(device: str = "cpu") -> str:
+    """The backend ``"auto"`` means on ``device``: the first of ``AUTO_ORDER`` installed that
+    runs there (native on a CPU, torch on CUDA: the fastest of each on the conformance survey,
+    docs/benchmarks_cases.md)."""
+    kind = device.split(":")[0]
     for name in AUTO_ORDER:
-        if name in avail:
+        try:
+            backend = get_backend(name)
+        except UnsupportedModelError:
+            continue
+        if kind in backend.devices:
             return name
-    return "reference"
+    raise UnsupportedModelError(
+        f"no installed backend runs on {device!r} (installed: {', '.join(available_backends())})")
 
 
 __all__ = ["Backend", "Executable", "available_backends", "get_backend", "resolve_auto"]

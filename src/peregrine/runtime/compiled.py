@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from peregrine.backends import Executable, get_backend
-from peregrine.errors import InputError, NonFiniteInput
+from peregrine.backends import Executable, get_backend, resolve_auto
+from peregrine.errors import InputError, NonFiniteInput, UnsupportedModelError
 from peregrine.ir.spec import INPUT_ERRORS, METHOD_NAMES, ModelSpec
 from peregrine.options import CompileOptions
 
@@ -116,6 +116,8 @@ class CompiledModel:
         # what each graph pass changed (passes/manager.py), one entry per pass run; kept in
         # saved artifacts (their graph is the optimized one). None: not recorded.
         self.passes: list[dict[str, str]] | None = None
+        # compiled with backend="auto": to() re-picks the backend for the new device
+        self.auto_backend = False
 
     # ------------------------------------------------------------------ public surface --
     @property
@@ -183,8 +185,19 @@ class CompiledModel:
         }
 
     def to(self, device: str) -> CompiledModel:
-        """Move to another device (tensor backends). Returns self for chaining."""
-        self._exec = self._exec.to(device)
+        """Move to another device (tensor backends). A model compiled with ``backend="auto"``
+        is rebuilt for the backend ``auto`` picks there (native on a CPU, torch on CUDA).
+        Returns self for chaining."""
+        target = resolve_auto(device) if self.auto_backend else self.backend
+        if target != self.backend:
+            self._exec = get_backend(target).build(self.spec, self.options, device)
+            self.backend = target
+        elif device.split(":")[0] not in get_backend(target).devices:
+            raise UnsupportedModelError(
+                f"backend {target!r} runs on {', '.join(get_backend(target).devices)}, not on "
+                f"{device!r}: compile with backend='torch' (or 'auto') for a GPU")
+        else:
+            self._exec = self._exec.to(device)
         self._device = device
         self._fast.clear()
         self._variants.clear()
