@@ -38,7 +38,7 @@ from peregrine.ir import Graph, Link, Op
 from peregrine.ir.semantics.kernels import far_rows_vanish
 from peregrine.ir.semantics.pipeline import float32_params
 from peregrine.ir.semantics.row_sums import row_sum_program
-from peregrine.kernels import rowwise_onehot
+from peregrine.kernels import rowwise_onehot, rowwise_spline
 from peregrine.kernels.rowwise_emit import RBF_CHUNK, Emitter
 
 # Limits past which a fused kernel is the wrong tool: a LINEAR this large is a GEMM (torch's
@@ -238,6 +238,10 @@ def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:
         return {"op": "concat", "r32": r32}
     if op is Op.ONE_HOT:
         return _one_hot_step(a, w, win, param)
+    if op is Op.BSPLINE:
+        return rowwise_spline.step(a, w, win, param)
+    if op is Op.RANGE_CHECK and w == win:  # an input-error check (SplineTransformer's knots)
+        return {"op": "range_check", "lo": param(a.low, w), "hi": param(a.high, w)}
     if op is Op.KERNEL and a.kind == "rbf" and a.center_rows is None:
         # the native backend's rbf form (backends/native/rules.py: |x|^2 - 2 x.v + |v|^2,
         # clamped at 0), its x.v as a sum over features in order instead of BLAS's blocks

@@ -12,7 +12,7 @@ from llvmlite import ir
 
 from peregrine.ir import Link
 from peregrine.ir.semantics.row_sums import evaluate
-from peregrine.kernels import vmath
+from peregrine.kernels import rowwise_spline, vmath
 from peregrine.kernels.irutil import F32, F64, I1, I32, I64, PTR, gep, splat
 
 ROW_UNROLL = 4
@@ -404,6 +404,16 @@ class Emitter:
             mask = ir.Constant(ir.VectorType(I32, w), [j if j >= 0 else n for j in slot])
             out = self.r32(s, b.fmul(out, b.shuffle_vector(x, self.const(1.0, n), mask)))
         return out
+
+    def op_range_check(self, s: dict, ins: list) -> ir.Value:
+        # (x < low) | (x > high) as 1.0 / 0.0; NaN compares false: 0.0
+        b, x = self.b, ins[0]
+        out = b.or_(b.fcmp_ordered("<", x, self.load_param(s["lo"])),
+                    b.fcmp_ordered(">", x, self.load_param(s["hi"])))
+        return b.uitofp(out, self.vec(s["w"]))
+
+    def op_bspline(self, s: dict, ins: list) -> ir.Value:
+        return rowwise_spline.emit(self, s, ins)
 
     def op_concat(self, s: dict, ins: list) -> ir.Value:
         return self.r32(s, self.joined(ins))

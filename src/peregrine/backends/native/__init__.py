@@ -41,6 +41,8 @@ NATIVE_OPS = frozenset({
     Op.LINEAR, Op.SELECT, Op.CONCAT, Op.CENTER_SCALE, Op.CLIP, Op.NORMALIZE, Op.BINARIZE,
     Op.POLYNOMIAL, Op.UFUNC, Op.CTR_LOOKUP,  # CTR_LOOKUP: its own row kernel (ctr_kernel.py)
     Op.ONE_HOT,  # comparisons in a row kernel, or a linear model's weight rows (rowwise_onehot)
+    Op.BSPLINE,  # de Boor per column in a row kernel (rowwise_spline); a wider coef: the rule
+    Op.RANGE_CHECK,  # two compares in a row kernel
     Op.KNN,  # its own kernel (knn_kernel.py); cosine and minkowski p not in {1, 2}: the rule
 })
 
