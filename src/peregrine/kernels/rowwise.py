@@ -47,7 +47,12 @@ from peregrine.kernels.rowwise_emit import RBF_CHUNK, Emitter
 MAX_WIDTH = 512
 MAX_WEIGHTS = 1 << 15
 DOT_OUTPUTS = 4  # LINEAR with at most this many outputs: one vector dot product per output
-UFUNCS = {"log": "log", "exp": "exp", "sqrt": "sqrt", "absolute": "fabs", "abs": "fabs"}
+UFUNCS = {"log": "log", "exp": "exp", "sqrt": "sqrt", "absolute": "fabs", "abs": "fabs",
+          "square": "square"}
+# ACTIVATION kinds fused for a float64 network (a float32 one rounds as torch does: its
+# layers run torch's kernels): the row-wise softmax and log_softmax that QDA and GaussianNB
+# pipelines end in, and ReLU
+ACTIVATIONS = ("softmax", "log_softmax", "relu", "identity")
 LINKS = (Link.IDENTITY, Link.SIGMOID, Link.SOFTMAX, Link.EXP)
 INT_OPS = (Op.THRESHOLD, Op.ARGMAX)  # their values are int64 0/1 or indices (the rules')
 
@@ -238,6 +243,12 @@ def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:
         return {"op": "concat", "r32": r32}
     if op is Op.ONE_HOT:
         return _one_hot_step(a, w, win, param)
+    if op is Op.ACTIVATION and a.kind in ACTIVATIONS and a.net_dtype == "float64" \
+            and w == win:
+        step = {"op": "activation", "kind": a.kind}
+        if a.kind in ("softmax", "log_softmax"):  # the rule's .sum(axis=1): NumPy's order
+            step["sum"] = row_sum_program("pairwise", w, np.float64)
+        return step
     if op is Op.BSPLINE:
         return rowwise_spline.step(a, w, win, param)
     if op is Op.RANGE_CHECK and w == win:  # an input-error check (SplineTransformer's knots)

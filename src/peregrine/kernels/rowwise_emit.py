@@ -387,7 +387,29 @@ class Emitter:
         xs = [one[0] for one in ins]
         if s["f"] == "exp":
             return self.split(self.exp(self.joined(xs)), [x.type.count for x in xs])
+        if s["f"] == "square":  # np.square: one correctly rounded product
+            return [self.r32(s, self.b.fmul(x, x)) for x in xs]
         return [self.r32(s, self.unary(s["f"], x)) for x in xs]
+
+    def rows_activation(self, s: dict, ins: list) -> list:
+        # ir/semantics/nn.py, float64 network: softmax e / sum(e) and log_softmax
+        # shifted - log(sum(e)), e = exp(x - max) (np.max: NaN wins), the sums in NumPy's order
+        b, kind = self.b, s["kind"]
+        xs = [one[0] for one in ins]
+        if kind == "identity":
+            return xs
+        if kind == "relu":  # np.maximum(x, 0.0): NaN stays NaN, -0.0 gives 0.0 (as NumPy's
+            # vector loop does)
+            return [b.select(b.fcmp_unordered("ugt", x, self.const(0.0, x.type.count)), x,
+                             self.const(0.0, x.type.count)) for x in xs]
+        widths = [x.type.count for x in xs]
+        shifted = [b.fsub(x, self.splat(self.reduce_max(x), w)) for x, w in zip(xs, widths)]
+        es = self.split(self.exp(self.joined(shifted)), widths)
+        sums = [self.program_sum(s, e) for e in es]
+        if kind == "softmax":
+            return [b.fdiv(e, self.splat(t, w)) for e, t, w in zip(es, sums, widths)]
+        logs = [self.intrinsic("llvm.log.f64", F64, [t]) for t in sums]
+        return [b.fsub(v, self.splat(lg, w)) for v, lg, w in zip(shifted, logs, widths)]
 
     def op_select(self, s: dict, ins: list) -> ir.Value:
         x = ins[0]
