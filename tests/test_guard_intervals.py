@@ -252,6 +252,33 @@ def test_knn_in_a_stack_bound_is_finite(weights):
         model, backend="reference").predict_proba(far))
 
 
+@pytest.mark.parametrize("threshold", [False, True], ids=["argmax", "threshold"])
+def test_labels_in_a_stack_bound_is_finite(threshold):
+    """A stacking classifier over its members' ``predict``: the final estimator re-validates
+    class indices (ARGMAX; a binary tree's THRESHOLD), finite whatever the row holds. Without
+    their intervals every row took the guard's path: the whole graph again by the reference
+    rules (20K rows: 8.0 ms a call against 1.5 ms; scikit-learn 1.9 ms)."""
+    from sklearn.linear_model import RidgeClassifier
+
+    k = 2 if threshold else 3
+    y = np.digitize(X[:, 1], np.quantile(X[:, 1], np.linspace(0, 1, k + 1)[1:-1]))
+    model = StackingClassifier(
+        [("ridge", RidgeClassifier()), ("dt", DecisionTreeClassifier(max_depth=3,
+                                                                     random_state=0))],
+        final_estimator=LogisticRegression(), stack_method="predict").fit(X, y)
+    fast = peregrine.compile(model, backend="native")
+    _, m = guards(fast.spec)
+    assert 2.0**100 <= m <= 2.0**128
+    np.testing.assert_array_equal(fast.predict(X), model.predict(X))
+    np.testing.assert_allclose(fast.predict_proba(X), model.predict_proba(X), atol=1e-6)
+    far = X[:3].copy()
+    far[1, 0] = 1e39  # the tree's float32 cast makes it infinite: scikit-learn raises
+    with pytest.raises(InputError):
+        fast.predict_proba(far)
+    with pytest.raises(ValueError):
+        model.predict_proba(far)
+
+
 def test_knn_regressor_overflow_is_refused_downstream():
     """Distance weights where every distance overflows: 1 / inf = 0 for every neighbour, a
     0 / 0 mean. The final estimator refuses that NaN, as scikit-learn's does (whose own

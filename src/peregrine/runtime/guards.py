@@ -156,7 +156,10 @@ def _intervals(graph: Any, needed: Any, m: float) -> dict[str, Interval | None]:
                 continue
             ins = [out.get(i) for i in n.inputs]
             rule = _RULES.get(n.op)
-            if rule is None or (n.op not in _ANY_INPUT and any(v is None for v in ins)):
+            if n.op is Op.ARGMAX:  # a column index whatever the row holds (NaN: the first)
+                width = graph.by_name[n.inputs[0]].width
+                out[n.name] = None if width is None else _fixed(n, 0.0, float(width) - 1.0)
+            elif rule is None or (n.op not in _ANY_INPUT and any(v is None for v in ins)):
                 out[n.name] = None
             else:
                 out[n.name] = rule(n, n.attrs, ins, m)
@@ -453,7 +456,8 @@ def _activation(n: Any, a: Any, ins: list, m: float) -> Interval | None:
 
 # ops whose output lies in a fixed range whatever their input holds (infinity, NaN): the
 # rule needs no interval of the input (QUANTILE's NaN passes through: all flagged without one)
-_ANY_INPUT = frozenset({Op.ONE_HOT, Op.BINARIZE, Op.DIGITIZE, Op.QUANTILE, Op.TREE_ENSEMBLE})
+_ANY_INPUT = frozenset({Op.ONE_HOT, Op.BINARIZE, Op.DIGITIZE, Op.QUANTILE, Op.TREE_ENSEMBLE,
+                        Op.ARGMAX, Op.THRESHOLD})
 
 _RULES: dict[Op, Any] = {
     Op.INPUT: lambda n, a, ins, m: _fixed(n, -m, m),
@@ -476,6 +480,7 @@ _RULES: dict[Op, Any] = {
     Op.NORMALIZE: _rowwise,
     Op.ONE_HOT: lambda n, a, ins, m: _fixed(n, 0.0, 1.0),
     Op.BINARIZE: lambda n, a, ins, m: _fixed(n, 0.0, 1.0),  # NaN > t is False: 0
+    Op.THRESHOLD: lambda n, a, ins, m: _fixed(n, 0.0, 1.0),  # a 0/1 label (NaN: 0)
     Op.UFUNC: _ufunc,
     Op.POWER: _power,
     Op.QUANTILE: _quantile,
