@@ -96,7 +96,8 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool | str], x_dtype: str
     """The fused kernel computing the nodes ``wanted`` (graph node names) from X, or None when
     some node it needs is not a row-wise op this generator knows (the caller keeps its
     op-by-op program). ``narrow[k]``: True stores output k in the input's dtype, a dtype name
-    ("float32") in that dtype (rounded as NumPy's astype rounds), False in float64."""
+    ("float32") in that dtype (rounded as NumPy's astype rounds), False in float64, "rule"
+    in the dtype the node's rule returns for an ``x_dtype`` input."""
     x_node = next(n for n in graph.nodes if n.op is Op.INPUT)
     if not 0 < int(x_node.width or 0) <= MAX_WIDTH:
         return None
@@ -154,6 +155,8 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool | str], x_dtype: str
         node = by_name[name]
         if node.op is Op.INPUT:  # the input returned as is: nothing to fuse
             return None
+        if thin == "rule":  # the dtype the node's rule returns for this input dtype
+            thin = "float32" if f32[name] else False
         dtype = ("int64" if node.op in INT_OPS else thin if isinstance(thin, str)
                  else x_dtype if thin else "float64")
         outs.append([index[name], dtype])
@@ -168,6 +171,18 @@ def plan(graph: Graph, wanted: list[str], narrow: list[bool | str], x_dtype: str
 
 class _Unfusable(Exception):
     pass
+
+
+def fusable(node, widths: list[int]) -> bool:
+    """Whether a row kernel can compute ``node`` (inputs ``widths`` wide) on float64 input:
+    for a caller choosing which nodes to hand :func:`plan`."""
+    if not 0 < int(node.width or 0) <= (MAX_KERNEL_WIDTH if node.op is Op.KERNEL
+                                         else MAX_WIDTH):
+        return False
+    try:
+        return _step(node, widths, lambda value, size=None: [0, 0]) is not None
+    except _Unfusable:
+        return False
 
 
 def _step(node, widths: list[int], param, r32: bool = False) -> dict | None:

@@ -42,9 +42,12 @@ class Emitter:
         return ir.VectorType(F64, w)
 
     def splat(self, value: ir.Value, w: int) -> ir.Value:
+        # inserted into a w-wide vector, then lane 0 broadcast (LLVM's own splat form): a
+        # one-lane vector widened by the shuffle made the optimiser assert
+        # (cast<FixedVectorType>) on a SELECT of a softmax's outputs
         b = self.b
-        v = b.insert_element(ir.Constant(self.vec(1), ir.Undefined), value, ir.Constant(I32, 0))
-        return b.shuffle_vector(v, v, splat(I32, w, 0))
+        v = b.insert_element(ir.Constant(self.vec(w), ir.Undefined), value, ir.Constant(I32, 0))
+        return b.shuffle_vector(v, ir.Constant(self.vec(w), ir.Undefined), splat(I32, w, 0))
 
     def const(self, value: float, w: int) -> ir.Constant:
         return splat(F64, w, value)
@@ -82,13 +85,18 @@ class Emitter:
             pad = ir.Constant(v.type, [-0.0] * n)
             v = b.shuffle_vector(v, pad, ir.Constant(ir.VectorType(I32, p),
                                                      [j if j < n else n for j in range(p)]))
-        while p > 1:
+        # The last pair is added by the ordered reduction, (-0.0 + a) + b = a + b, not by
+        # one-lane shuffles or two extracted lanes: those, on a softmax's exp, made LLVM's
+        # optimiser assert (cast<FixedVectorType>) when a SELECT took one of its outputs.
+        while p > 2:
             p //= 2
             lo = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, p), list(range(p))))
             hi = b.shuffle_vector(v, v, ir.Constant(ir.VectorType(I32, p),
                                                     list(range(p, 2 * p))))
             v = b.fadd(lo, hi)
-        return self.lane(v, 0)
+        if p == 1:
+            return self.lane(v, 0)
+        return self.reduce_sum(v)  # the last pair: (-0.0 + a) + b = a + b (see above)
 
     def reduce_max(self, v: ir.Value) -> ir.Value:
         # fmaximum propagates NaN, as np.max does

@@ -56,6 +56,14 @@ class NativeExecutable(Executable):
             kernel.prepare()
         return kernel
 
+    def branch(self, ends: tuple[str, ...]) -> RowKernel | None:
+        """The fused row kernel computing nodes ``ends`` from the input, each stored in the
+        dtype its rule returns (the plan's other steps read them as they read the rules')."""
+        kernel = row_kernel(self.spec.graph, list(ends), ["rule"] * len(ends))
+        if kernel is not None:
+            kernel.prepare()
+        return kernel
+
     def prologue(self, end: str, step: FusedForest) -> tuple | None:
         """The fused row kernel computing forest ``step``'s input ``end``, stored in the dtype
         the forest compares float64 input in (float32 for the libraries that round their

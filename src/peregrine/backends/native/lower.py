@@ -10,6 +10,9 @@ pass did.
     fuse_epilogues  each forest and the element-wise chain after it: one kernel
     fuse_prologues  the row-wise ops between the input and a forest: one row kernel storing
                     only the forest's input, in the dtype the forest compares in
+    fuse_branches   the row-wise ops beside forests that read only the input (a voting or
+                    stacking model's linear and naive Bayes members): one row kernel storing
+                    what the rest of the plan reads, in the dtypes their rules return
 
 The kernels themselves are made by the executable (``Kernels``): the passes decide what is
 fused, not how it is compiled.
@@ -31,6 +34,7 @@ from peregrine.backends.native.fusion import (
     prologue_regions,
 )
 from peregrine.ir import Graph, Node, Op
+from peregrine.kernels import rowwise
 
 
 class Kernels(Protocol):
@@ -41,6 +45,8 @@ class Kernels(Protocol):
     def rows(self, outputs: tuple[str, ...]) -> Any: ...  # a RowKernel for the outputs
 
     def prologue(self, end: str, step: FusedForest) -> tuple[Any, np.dtype] | None: ...
+
+    def branch(self, ends: tuple[str, ...]) -> Any: ...  # a RowKernel storing rule dtypes
 
 
 @dataclass(frozen=True)
@@ -113,10 +119,54 @@ def fuse_prologues(graph: Graph, plan: Plan, kernels: Kernels) -> tuple[Plan, st
             f"{ops} op(s) in front of forests -> {len(regions)} row kernel(s)")
 
 
+def fuse_branches(graph: Graph, plan: Plan, kernels: Kernels) -> tuple[Plan, str]:
+    if not kernels.fused or not any(isinstance(s, FusedForest) for s in plan.steps):
+        return plan, ""
+    steps = list(plan.steps)
+    x = next((s.name for s in steps if isinstance(s, Node) and s.op is Op.INPUT), None)
+    # a forest's own input stays the prologue's business (a bare column selection is a
+    # cheaper copy than a kernel loading the wide rows)
+    forest_inputs = {s.tree.inputs[0] for s in steps if isinstance(s, FusedForest)}
+    region: list[Node] = []
+    names: set[str] = set()
+    by_name = graph.by_name
+    for s in steps:
+        if isinstance(s, Node) and s.op is not Op.INPUT and s.name not in forest_inputs and \
+                all(i == x or i in names for i in s.inputs) and \
+                None not in (by_name[i].width for i in s.inputs) and \
+                rowwise.fusable(s, [int(by_name[i].width) for i in s.inputs]):
+            region.append(s)
+            names.add(s.name)
+    if not any(n.op is not Op.SELECT for n in region):
+        return plan, ""
+    read = {i for s in steps if not (isinstance(s, Node) and s.name in names)
+            for i in _step_inputs(s)} | set(plan.ends)
+    ends = tuple(n.name for n in region if n.name in read)
+    if not ends:
+        return plan, ""
+    kernel = kernels.branch(ends)
+    if kernel is None:
+        return plan, ""
+    first = min(k for k, s in enumerate(steps) if isinstance(s, Node) and s.name in names)
+    kept = [s for s in steps if not (isinstance(s, Node) and s.name in names)]
+    kept.insert(first, RowRegion(ends, region, kernel, None))
+    return (replace(plan, steps=tuple(kept)),
+            f"{len(region)} op(s) beside the forests -> one row kernel")
+
+
+def _step_inputs(step: Any) -> tuple[str, ...]:
+    if isinstance(step, FusedForest):
+        return tuple(step.tree.inputs) + tuple(i for n in step.chain for i in n.inputs)
+    if isinstance(step, RowRegion):
+        return tuple(i for n in step.nodes for i in n.inputs)
+    return tuple(step.inputs)
+
+
 PASSES: tuple[tuple[str, PassFn], ...] = (
     ("fuse_rows", fuse_rows),
     ("fuse_epilogues", fuse_epilogues),
     ("fuse_prologues", fuse_prologues),
+    ("fuse_branches", fuse_branches),
 )
 
 
