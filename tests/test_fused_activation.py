@@ -81,3 +81,23 @@ def test_float64_activations_match_the_rule(kind):
         np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
     else:
         np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-300)
+
+
+EXACT_UFUNCS = ["square", "negative", "reciprocal", "sign", "floor", "ceil", "rint", "trunc"]
+
+
+@pytest.mark.parametrize("name", EXACT_UFUNCS)
+def test_ufuncs_in_the_row_kernel(name):
+    """NumPy's exact ufuncs as one row kernel: NumPy's bits, NaN, infinities and signed zeros
+    included."""
+    rng = np.random.default_rng(2)
+    rows = np.concatenate([rng.normal(size=(40, 4)) * [1.0, 10.0, 1e-3, 300.0],
+                           [[np.nan, np.inf, -np.inf, -0.0], [0.0, 2.5, -2.5, 0.5],
+                            [-0.75, 1e-300, -1e-300, 1e10]]])
+    native = one_op_model(Op.UFUNC, 4, 4, "native", name=name)
+    assert "one row kernel" in native.explain()
+    with np.errstate(all="ignore"):
+        want = getattr(np, name)(rows)
+        got = native.transform(rows)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

@@ -395,9 +395,27 @@ class Emitter:
         xs = [one[0] for one in ins]
         if s["f"] == "exp":
             return self.split(self.exp(self.joined(xs)), [x.type.count for x in xs])
-        if s["f"] == "square":  # np.square: one correctly rounded product
-            return [self.r32(s, self.b.fmul(x, x)) for x in xs]
-        return [self.r32(s, self.unary(s["f"], x)) for x in xs]
+        f = s["f"]
+        exact = getattr(self, "ufunc_" + f, None)
+        if exact is not None:  # correctly rounded or exact: the same bits as NumPy's
+            return [self.r32(s, exact(x)) for x in xs]
+        return [self.r32(s, self.unary(f, x)) for x in xs]
+
+    def ufunc_square(self, x: ir.Value) -> ir.Value:
+        return self.b.fmul(x, x)
+
+    def ufunc_negative(self, x: ir.Value) -> ir.Value:
+        return self.b.fneg(x)
+
+    def ufunc_reciprocal(self, x: ir.Value) -> ir.Value:
+        return self.b.fdiv(self.const(1.0, x.type.count), x)
+
+    def ufunc_sign(self, x: ir.Value) -> ir.Value:
+        # NumPy's: 1.0 above 0, -1.0 below, 0.0 for either zero, NaN for NaN
+        b, w = self.b, x.type.count
+        out = b.select(b.fcmp_ordered("==", x, self.const(0.0, w)), self.const(0.0, w), x)
+        out = b.select(b.fcmp_ordered("<", x, self.const(0.0, w)), self.const(-1.0, w), out)
+        return b.select(b.fcmp_ordered(">", x, self.const(0.0, w)), self.const(1.0, w), out)
 
     def rows_activation(self, s: dict, ins: list) -> list:
         # ir/semantics/nn.py, float64 network: softmax e / sum(e) and log_softmax
