@@ -54,6 +54,8 @@ def test_auto_picks_per_device():
 def test_a_cpu_only_backend_refuses_to_move_and_keeps_working(model_and_rows):
     model, X = model_and_rows
     compiled = peregrine.compile(model, "native")
+    assert compiled.to("cpu") is compiled  # already there: nothing to move
+    assert peregrine.compile(model).to("cpu").backend == resolve_auto("cpu")
     with pytest.raises(UnsupportedModelError, match="backend 'native' runs on cpu"):
         compiled.to("cuda")
     assert compiled.backend == "native" and compiled.device == "cpu"

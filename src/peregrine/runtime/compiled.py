@@ -189,6 +189,8 @@ class CompiledModel:
         is rebuilt for the backend ``auto`` picks there (native on a CPU, torch on CUDA).
         Returns self for chaining."""
         target = resolve_auto(device) if self.auto_backend else self.backend
+        if target == self.backend and device == self._device:
+            return self  # already there (a CPU-only backend's executable cannot move)
         if target != self.backend:
             self._exec = get_backend(target).build(self.spec, self.options, device)
             self.backend = target
