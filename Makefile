@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 # held to lower x86-64 levels, so one machine runs the code paths an AVX2 or SSE4.2 CPU takes.
 CPU_LEVELS := x86-64-v3 x86-64-v2
 
-.PHONY: demo test test-all test-cpu-levels lint typecheck clean env bench-deps bench
+.PHONY: demo test test-all test-gpu test-cpu-levels lint typecheck clean env bench-deps bench
 # Peers for benchmarks only (demo and test do not need them): ONNX converters, TL2cgen (with
 # treelite's GTIL) and oneDAL (scikit-learn-intelex's daal4py).
 PEER_DEPS := "skl2onnx>=1.16" "onnxmltools>=1.12" "tl2cgen>=1.0" "scikit-learn-intelex>=2025"
@@ -46,6 +46,12 @@ test-cpu-levels: $(STAMP)
 	  $(BIN)/python -m peregrine.tools.cpu_level $$level -- \
 	    $(BIN)/python -m pytest -n 2 -m "not slow and not peer" --timeout 900 || exit $$?; \
 	done
+
+# The tests marked gpu (the conformance suite on CUDA among them) on a machine with an NVIDIA GPU;
+# `make test` skips them where CUDA is missing. The Makefile's torch is a CPU build: install a
+# CUDA build of torch in .venv first.
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -n 4 -m gpu --timeout 900
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --timeout 1800

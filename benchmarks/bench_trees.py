@@ -196,15 +196,21 @@ def lleaves(model, threads, cache: Path):
     return run
 
 
-def peregrine_backend(backend: str):
+def peregrine_backend(backend: str, device: str = "cpu"):
     def prepare(model, threads):
         import peregrine
         from peregrine.backends import available_backends
 
         if backend not in available_backends():
             raise ImportError(f"Peregrine backend {backend!r} is not available here")
+        if device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ImportError("no CUDA device here")
         options = peregrine.CompileOptions(n_threads=threads)
-        return peregrine.compile(model, backend, options=options).predict_proba
+        # numpy rows in and out: a GPU's time includes the copies both ways, as a user sees it
+        return peregrine.compile(model, backend, device=device, options=options).predict_proba
 
     return prepare
 
@@ -298,7 +304,7 @@ def per_row_time(fn, X, rows: int, repeat: int) -> float:
 
 
 SYSTEMS = ("library", "onnxruntime", "onedal", "tl2cgen", "treelite-gtil", "lleaves",
-           "peregrine-native", "peregrine-torch")
+           "peregrine-native", "peregrine-torch", "peregrine-torch-cuda")
 
 
 def prepare_system(label: str, model, threads: int, cache: Path):
@@ -314,7 +320,8 @@ def prepare_system(label: str, model, threads: int, cache: Path):
         return gtil(model, threads)
     if label == "lleaves":
         return lleaves(model, threads, cache)
-    return peregrine_backend(label.split("-", 1)[1])(model, threads)
+    _, backend, *device = label.split("-")
+    return peregrine_backend(backend, *device)(model, threads)
 
 
 def bench_model(name, model, X, args, cache) -> list[Result]:
@@ -432,6 +439,13 @@ def machine() -> dict[str, Any]:
     except (ImportError, RuntimeError):
         pass
     info["load_average"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["gpu"] = f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
+    except ImportError:
+        pass
     return info
 
 
@@ -441,7 +455,9 @@ def markdown(all_results: dict, args, meta: dict) -> str:
     lines.append(f"Machine: {m.get('cpu')} ({m.get('usable_cores', m.get('cores'))} cores, "
                  f"{m.get('memory_gib')} GiB), LLVM host CPU {m.get('llvm_cpu', '?')}, "
                  f"load average {m.get('load_average', float('nan')):.1f} at the start. "
-                 f"Threads: {args.threads}. Input: float32, {args.rows:,} rows x 28 features.")
+                 f"Threads: {args.threads}. Input: float32, {args.rows:,} rows x 28 features."
+                 + (f" GPU: {m['gpu']} (`peregrine-torch-cuda`: numpy rows in and out, the "
+                    "copies to and from the GPU included)." if m.get("gpu") else ""))
     lines.append("")
     lines.append("Versions: " + ", ".join(f"{k} {v}" for k, v in meta["versions"].items()))
     lines.append("")

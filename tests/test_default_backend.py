@@ -72,7 +72,7 @@ def test_auto_without_cuda_says_so_and_keeps_the_cpu_program(model_and_rows):
     np.testing.assert_array_equal(compiled.predict(X), model.predict(X))
 
 
-@pytest.mark.skipif(not HAVE_CUDA, reason="needs a CUDA device")
+@pytest.mark.gpu
 def test_auto_moves_to_cuda_as_torch_and_back(model_and_rows):  # pragma: no cover - GPU only
     model, X = model_and_rows
     compiled = peregrine.compile(model)

@@ -4,7 +4,6 @@ measured error per output (passes/measure.py, ``measure_program``)."""
 
 import numpy as np
 import pytest
-import torch
 from sklearn.datasets import make_classification, make_regression
 from sklearn.decomposition import PCA
 from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
@@ -21,7 +20,6 @@ from peregrine.options import Precision
 LOW = ("bfloat16", "float16")
 # the low dtypes' unit roundoff: bfloat16 keeps 8 significant bits, float16 11
 EPS = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 def _entry(compiled, name="measured_error"):
@@ -154,7 +152,7 @@ def test_network_and_pca_chain_compute_low():
         assert (c.predict(rows) != model.predict(rows)).mean() < 0.01
 
 
-@cuda
+@pytest.mark.gpu
 @pytest.mark.parametrize("level", LOW)
 def test_cuda_low_precision(scaled_logreg, level):
     model, X = scaled_logreg

@@ -109,16 +109,44 @@ def _rows(case, cache):
 def test_matches_source(case, backend, strategy, dtype, rows_cache):
     if not _available(backend):
         pytest.skip(f"backend {backend} not available")
+    _check(case, backend, strategy, dtype, "cpu", rows_cache)
+
+
+# The tensor backends on a GPU (the `gpu` marker: skipped without CUDA, so CI never runs
+# these; run by hand on a GPU machine with `pytest -m gpu tests/conformance`). "auto" is what
+# `compile(model, device="cuda")` picks there, with its own per-model strategy.
+CUDA_TARGETS = [
+    ("torch", TreeStrategy.GEMM),
+    ("torch", TreeStrategy.TREE_TRAVERSAL),
+    ("torch", TreeStrategy.PERFECT_TREE_TRAVERSAL),
+    ("torchscript", TreeStrategy.AUTO),
+    ("auto", TreeStrategy.AUTO),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("backend,strategy", CUDA_TARGETS,
+                         ids=[f"cuda-{b}-{s.value}" for b, s in CUDA_TARGETS])
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
+def test_matches_source_on_cuda(case, backend, strategy, dtype, rows_cache):
+    _check(case, backend, strategy, dtype, "cuda", rows_cache)
+
+
+def _check(case, backend, strategy, dtype, device, rows_cache) -> None:
     model, _ = case.built
     spec, X = _rows(case, rows_cache)
     X = X.astype(dtype)
-    compiled = peregrine.compile(model, backend, options=CompileOptions(tree_strategy=strategy))
+    compiled = peregrine.compile(model, backend, device=device,
+                                 options=CompileOptions(tree_strategy=strategy))
+    assert compiled.device.startswith(device)
     assert set(compiled.methods) == set(spec.methods)
     assert_log_proba_offered(model, compiled, case.id)
     for method in compiled.methods:
         want = case.expected(method, X)
         got = getattr(compiled, method)(X)
-        assert_same(method, got, want, f"{case.id} {backend}/{strategy.value} {dtype} {method}")
+        assert_same(method, got, want,
+                    f"{case.id} {backend}/{strategy.value} {device} {dtype} {method}")
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])

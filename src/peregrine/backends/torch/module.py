@@ -272,8 +272,10 @@ class TorchExecutable(Executable):
             if node.name in linears:
                 parts = linears[node.name]
                 src = graph.node(node.inputs[0])
+                # built here, per program, so it goes to the device here (the lowered
+                # modules above went there in __init__ / to())
                 steps.append(OneHotLinear(node, parts, src.op is Op.CONCAT
-                                          and bool(src.attrs.float32)))
+                                          and bool(src.attrs.float32)).eval().to(self._device))
                 srcs.append([index[p.inputs[0] if p.op is Op.ONE_HOT else p.name]
                              for p in parts])
                 continue
