@@ -4,6 +4,10 @@ alone) and as numpy rows in and out (the copies included, what ``predict_proba``
 user). Needs a CUDA device; prints a markdown table naming the GPU and the versions.
 
     python benchmarks/bench_gpu.py --rows 10000,100000,1000000
+    python benchmarks/bench_gpu.py --profile --models xgboost --rows 1000000
+
+``--profile``: torch.profiler's table of the ops (CPU and CUDA time) for one call of each
+model's ``"auto"`` program on the largest batch, rows on the GPU: where the time goes.
 """
 
 from __future__ import annotations
@@ -34,6 +38,23 @@ def timed(fn, repeat: int) -> float:
     return best
 
 
+def profile(model, rows, title: str) -> None:
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    import peregrine
+
+    c = peregrine.compile(model, "torch", device="cuda")
+    out, exe = c.spec.methods["predict_proba"].output, c._exec
+    exe.forward_tensors(rows, (out,))
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        exe.forward_tensors(rows, (out,))
+        torch.cuda.synchronize()
+    print(f"## {title}: {exe.tree_info()[0]['strategy']}, {len(rows):,} rows on the GPU\n")
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25))
+
+
 def main(argv=None) -> None:
     import torch
 
@@ -45,6 +66,7 @@ def main(argv=None) -> None:
     p.add_argument("--models", default="xgboost,lightgbm,rf")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--threads", type=int, default=8, help="threads for training")
+    p.add_argument("--profile", action="store_true", help="profile the auto program instead")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("bench_gpu.py needs a CUDA device")
@@ -60,6 +82,9 @@ def main(argv=None) -> None:
     for name in args.models.split(","):
         model = train(name, X, y, args.threads)
         want = model.predict_proba(X[:2000])
+        if args.profile:
+            profile(model, on_gpu, TITLES[name])
+            continue
         for strategy in (TreeStrategy.AUTO, TreeStrategy.GEMM, TreeStrategy.TREE_TRAVERSAL,
                          TreeStrategy.PERFECT_TREE_TRAVERSAL):
             try:

@@ -35,6 +35,12 @@ from peregrine.options import CompileOptions, Precision, TreeStrategy
 # slower at 4x fewer or more. Tests lower both to exercise chunking.
 TRAVERSAL_CHUNK = 1 << 15  # (row, tree) pairs
 GEMM_CHUNK = 1 << 19  # (row, internal node + leaf) pairs
+# On a GPU a chunk is a few large kernels, not a cache-sized piece: each op costs about 8 us to
+# launch whatever its size. With the CPU's chunks (1,048 rows for 500 trees at 16 threads) an
+# NVIDIA H200 ran 80 kernels per chunk and its time was exactly the launches (XGBoost 500x8:
+# 7.1 ms per 10K rows, 65.8 per 100K, 675 per 1M: 8.5 us a kernel; docs/benchmarks.md).
+# 2**24 pairs bounds a chunk's temporaries to a few hundred MB.
+GPU_CHUNK = 1 << 24  # (row, tree) or (row, node) pairs
 
 
 def categorical_left(x: Tensor, row: Tensor, bitsets: Tensor, unknown_left: Tensor,
@@ -108,6 +114,7 @@ class ForestModule(nn.Module):
         # scaling was not measurable on the 2-core, shared machine the sizes were tuned on.)
         threads = options.n_threads or torch.get_num_threads()
         self.chunk_rows = max(1, chunk_elements * threads // max(1, row_elements))
+        self.gpu_chunk_rows = max(1, GPU_CHUNK // max(1, row_elements))
 
     # ------------------------------------------------------------------------ forward --
     def _compute(self, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -118,11 +125,12 @@ class ForestModule(nn.Module):
     def forward(self, xs: list[Tensor]) -> Tensor:
         x, thr = self._compute(xs[0])
         n = x.shape[0]
-        if n <= self.chunk_rows:
+        step = self.gpu_chunk_rows if x.is_cuda else self.chunk_rows
+        if n <= step:
             return self._aggregate(self._leaves(x, thr))
         parts: list[Tensor] = []
-        for start in range(0, n, self.chunk_rows):
-            chunk = x[start : start + self.chunk_rows]
+        for start in range(0, n, step):
+            chunk = x[start : start + step]
             parts.append(self._aggregate(self._leaves(chunk, thr)))
         return torch.cat(parts, 0)
 
