@@ -366,10 +366,20 @@ class CompiledModel:
         # (one reduction, ~0.5 us a row); anything else (a NaN the model accepts, an overflowing
         # sum, a value to reject) takes the generic path, which checks and says where
         total, finite = np.add.reduce, math.isfinite
-        if spec.finite_dtype == "float32" and not spec.allow_inf:
-            # and no float64 value that float32 makes infinite (scikit-learn's trees)
+        if not spec.allow_inf and (spec.allow_nan or spec.finite_dtype == "float32"):
+            # One max and one min decide: an infinity fails them, and so does a float64 value
+            # that float32 makes infinite where the source rounds to float32 first
+            # (scikit-learn's trees). fmax/fmin skip NaN where the source accepts it; maximum
+            # and minimum carry it to the comparison where it does not. (A sum was one pass,
+            # but a NaN made it NaN and sent the call down the generic path: a decision tree
+            # on 20K x 10 rows with NaN, 304 -> 190 us; AMD EPYC family 26.)
+            limit = FLOAT32_OVERFLOW if spec.finite_dtype == "float32" else math.inf
+            hi, lo = (np.fmax, np.fmin) if spec.allow_nan else (np.maximum, np.minimum)
+
             def check(X: np.ndarray) -> np.ndarray:
-                ok = finite(total(X, None)) and (X.dtype != np.float64 or not beyond_float32(X))
+                # (Python floats: a float32 maximum against the limit would cast the limit)
+                ok = (float(hi.reduce(X, axis=None)) < limit
+                      and float(lo.reduce(X, axis=None)) > -limit)
                 return fast(X) if ok else generic(name, X)
         else:
             def check(X: np.ndarray) -> np.ndarray:
@@ -539,7 +549,6 @@ from peregrine.runtime.frame_blocks import (  # noqa: E402
 from peregrine.runtime.guards import beyond_bound, check_guards, guards  # noqa: E402
 from peregrine.runtime.inputs import (  # noqa: E402  (after CompiledModel: no cycle)
     FLOAT32_OVERFLOW,
-    beyond_float32,
     is_dataframe,
     prepare_input,
 )
