@@ -138,6 +138,7 @@ def lower_tree_ensemble(node: Node, options: CompileOptions) -> Lowered:
                           "float64 input": f32},
         "accumulate_dtype": "float32" if options.precision is Precision.FLOAT32 else "float64",
         "chunk_rows": module.chunk_rows,
+        "chunk_rows_cuda": module.gpu_chunk_rows,
     }
     return Lowered(module, info)
 
