@@ -343,6 +343,10 @@ class CompiledModel:
                     ok = flat.size < 1 << 22 and dot(flat, flat) < lim32
                 else:
                     ok = dot(flat, flat) < lim2
+                # a batch beyond the bound may still be proved by its own column ranges,
+                # which prove it finite too (runtime/guards.py)
+                if not ok and X.shape[0] >= PROOF_ROWS:
+                    ok = batch_proves(spec, X, nan_ok=spec.allow_nan)
                 return inner_fast(X) if ok else generic(name, X)
 
             if spec.finite_dtype != "float32" or bound < FLOAT32_OVERFLOW:
@@ -546,7 +550,13 @@ from peregrine.runtime.frame_blocks import (  # noqa: E402
     frame_blocks,
     variant_spec,
 )
-from peregrine.runtime.guards import beyond_bound, check_guards, guards  # noqa: E402
+from peregrine.runtime.guards import (  # noqa: E402
+    PROOF_ROWS,
+    batch_proves,
+    beyond_bound,
+    check_guards,
+    guards,
+)
 from peregrine.runtime.inputs import (  # noqa: E402  (after CompiledModel: no cycle)
     FLOAT32_OVERFLOW,
     is_dataframe,

@@ -100,17 +100,7 @@ def _safe_magnitude(spec: ModelSpec, found: tuple) -> float:
     needed = graph.needed([graph.outputs[o] for o, _, _ in found])
 
     def ok(m: float, node_limit: float) -> bool:
-        b = _intervals(graph, needed, m)
-        if any(v is not None and not _within(v, node_limit) for v in b.values()):
-            return False
-        for o, kind, _ in found:
-            v = b[graph.outputs[o]]
-            if v is None:
-                return False
-            lo, hi, nan = (_columns(o, a) for a in v)
-            if not _within((lo, hi), _limit(kind)) or (kind.endswith("+nan") and nan.any()):
-                return False
-        return True
+        return _holds(graph, needed, found, m, node_limit)
 
     def largest(node_limit: float) -> float:
         lo, hi = -1074, 1024  # M = 2**k: bisect on the exponent (bounds grow with M)
@@ -125,6 +115,72 @@ def _safe_magnitude(spec: ModelSpec, found: tuple) -> float:
         return 2.0**lo
 
     return min(largest(_MAX64), largest(FLOAT32_OVERFLOW))
+
+
+def _holds(graph: Any, needed: Any, found: tuple, m: float, node_limit: float,
+           seed: Interval | None = None) -> bool:
+    """Whether inputs in [-m, m] (or in ``seed``'s per-column interval) keep every node the
+    guards read within ``node_limit`` and every guarded value within its rule."""
+    b = _intervals(graph, needed, m, seed)
+    if any(v is not None and not _within(v, node_limit) for v in b.values()):
+        return False
+    for o, kind, _ in found:
+        v = b[graph.outputs[o]]
+        if v is None:
+            return False
+        lo, hi, nan = (_columns(o, a) for a in v)
+        if not _within((lo, hi), _limit(kind)) or (kind.endswith("+nan") and nan.any()):
+            return False
+    return True
+
+
+# Rows from which a batch is first tried against its own column ranges: below, evaluating the
+# rows by the rules costs less than the interval evaluation (about 40 us)
+PROOF_ROWS = 256
+
+
+def batch_proves(spec: ModelSpec, x: np.ndarray, *, nan_ok: bool) -> bool:
+    """Whether this batch's own per-column [min, max] keeps every guard within its rule: the
+    intervals of ``_safe_magnitude`` seeded with the batch's column ranges instead of
+    [-M, M]. A one-sided rule (a log before a model that rejects NaN: M is EVERY_ROW, since
+    log(0) is -inf) sent every row of every batch to the rules; strictly positive columns
+    prove it here in two passes.
+
+    Also proves the input itself finite (the callers skip their own check): with ``nan_ok``
+    NaN is ignored by the ranges (the source accepts it; every column is then taken as
+    possibly NaN, so a guard rejecting NaN needs an imputer before it); without, a NaN makes
+    its column's range NaN and the proof fails. Infinity, and a float64 value float32 makes
+    infinite where the source rounds to float32, fail it too."""
+    found, _ = guards(spec)
+    if not found or x.ndim != 2 or not x.shape[0] or x.dtype.kind != "f":
+        return False
+    low, high = (np.fmin, np.fmax) if nan_ok else (np.minimum, np.maximum)
+    with np.errstate(invalid="ignore"):
+        lo = _column_reduce(low, x).astype(np.float64)
+        hi = _column_reduce(high, x).astype(np.float64)
+    if not (np.isfinite(lo).all() and np.isfinite(hi).all()):
+        return False  # NaN where refused (or a column all NaN), or an infinity
+    m = float(max(np.abs(lo).max(), np.abs(hi).max()))
+    if spec.finite_dtype == "float32" and m >= FLOAT32_OVERFLOW:
+        return False
+    graph = spec.graph
+    needed = graph.needed([graph.outputs[o] for o, _, _ in found])
+    seed = (lo, hi, np.full(lo.size, nan_ok))
+    node_limit = FLOAT32_OVERFLOW if x.dtype == np.float32 else _MAX64
+    return _holds(graph, needed, found, m, node_limit, seed)
+
+
+def _column_reduce(f: np.ufunc, x: np.ndarray) -> np.ndarray:
+    """``f.reduce(x, axis=0)``, fast on narrow C-ordered rows: NumPy's loop over 10-wide rows
+    took 450 us for 20K x 10 doubles; the rows viewed k at a time as one 4K-wide row, then
+    the k partial rows reduced, take 48 us (AMD EPYC family 26)."""
+    n, d = x.shape
+    k = max(1, 4096 // max(1, d))
+    if not x.flags.c_contiguous or n < 2 * k:
+        return f.reduce(x, axis=0)
+    n0 = n - n % k
+    out = f.reduce(f.reduce(x[:n0].reshape(-1, k * d), axis=0).reshape(k, d), axis=0)
+    return f(out, f.reduce(x[n0:], axis=0)) if n0 < n else out
 
 
 def _within(v: tuple, limit: float) -> bool:
@@ -147,8 +203,10 @@ def _columns(output: str, v: Any) -> Any:
 Interval = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def _intervals(graph: Any, needed: Any, m: float) -> dict[str, Interval | None]:
-    """Per needed node its interval (None where no rule is known: no bound)."""
+def _intervals(graph: Any, needed: Any, m: float, seed: Interval | None = None
+               ) -> dict[str, Interval | None]:
+    """Per needed node its interval (None where no rule is known: no bound). The input's is
+    [-m, m] per column, or ``seed`` (then m bounds its magnitudes)."""
     out: dict[str, Interval | None] = {}
     with np.errstate(all="ignore"):  # bounds beyond float64 are infinite: they fail the check
         for n in graph.toposort():
@@ -156,7 +214,9 @@ def _intervals(graph: Any, needed: Any, m: float) -> dict[str, Interval | None]:
                 continue
             ins = [out.get(i) for i in n.inputs]
             rule = _RULES.get(n.op)
-            if n.op is Op.ARGMAX:  # a column index whatever the row holds (NaN: the first)
+            if n.op is Op.INPUT and seed is not None:
+                out[n.name] = seed
+            elif n.op is Op.ARGMAX:  # a column index whatever the row holds (NaN: the first)
                 width = graph.by_name[n.inputs[0]].width
                 out[n.name] = None if width is None else _fixed(n, 0.0, float(width) - 1.0)
             elif rule is None or (n.op not in _ANY_INPUT and any(v is None for v in ins)):
@@ -569,6 +629,10 @@ def check_guards(spec: ModelSpec, arr: Any, beyond: bool | None = None,
     if not found:
         return
     x = arr if isinstance(arr, np.ndarray) else arr.detach().cpu().numpy()
+    # a large batch: its own column ranges first (the boundary has applied the source's NaN
+    # policy to x already)
+    if x.shape[0] >= PROOF_ROWS and batch_proves(spec, x, nan_ok=spec.allow_nan):
+        return
     with np.errstate(invalid="ignore"):
         rows = np.flatnonzero(np.any(np.abs(x) > m, axis=1))
     if not rows.size:

@@ -157,7 +157,9 @@ class CenterScale(Attrs):
             # IEEE float32 arithmetic (53 >= 2 * 24 + 2), and NumPy's mixed in-place loop
             c, s = float32_params(self.float32, self.center, self.scale)
             return ((f64(x) - c).astype(F32) / s).astype(F32)
-        return (f64(x) - f64(self.center)) / f64(self.scale)
+        out = f64(x) - f64(self.center)  # a new array: dividing it in place is the same
+        out /= f64(self.scale)            # division, without a second temporary's page faults
+        return out
 
 
 @define(Op.CLIP)
