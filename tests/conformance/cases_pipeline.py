@@ -178,6 +178,10 @@ CASES = [
     _reg_case("abs-log1p", lambda: make_pipeline(FunctionTransformer(np.abs),
                                                  FunctionTransformer(np.log1p))),
     # pipelines of numeric steps
+    # a guarded log: no input bound covers its batches (runtime/guards.py batch_proves)
+    _clf_case("abs-log1p-scale-logreg", lambda: make_pipeline(
+        FunctionTransformer(np.abs), FunctionTransformer(np.log1p), StandardScaler(),
+        lm.LogisticRegression())),
     _clf_case("impute-scale-logreg", lambda: make_pipeline(
         SimpleImputer(), StandardScaler(), lm.LogisticRegression()), n_classes=3, nan_col=1),
     _clf_case("union-select-forest", lambda: make_pipeline(
