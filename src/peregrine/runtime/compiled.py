@@ -343,11 +343,18 @@ class CompiledModel:
                     ok = flat.size < 1 << 22 and dot(flat, flat) < lim32
                 else:
                     ok = dot(flat, flat) < lim2
-                # a batch beyond the bound may still be proved by its own column ranges,
-                # which prove it finite too (runtime/guards.py)
-                if not ok and X.shape[0] >= PROOF_ROWS:
-                    ok = batch_proves(spec, X, nan_ok=spec.allow_nan)
-                return inner_fast(X) if ok else generic(name, X)
+                if ok:
+                    return inner_fast(X)
+                # a batch beyond the bound may still be proved by its own column ranges
+                # (runtime/guards.py). NaN the source accepts passes that proof, and a kernel
+                # that checks as it reads (``checks_finite``) then leaves it to the generic
+                # path, which says where (a NaN category, a NaN an imputer fills)
+                if X.shape[0] >= PROOF_ROWS and batch_proves(spec, X, nan_ok=spec.allow_nan):
+                    try:
+                        return inner_fast(X)
+                    except NonFiniteInput:
+                        pass
+                return generic(name, X)
 
             if spec.finite_dtype != "float32" or bound < FLOAT32_OVERFLOW:
                 if hook is not None:  # values beyond the bound, NaN or inf: the generic path
