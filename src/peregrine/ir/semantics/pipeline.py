@@ -391,11 +391,21 @@ class CategoryMap(Attrs):
     def rule(self, node: Any, ins: list, options: CompileOptions) -> np.ndarray:
         x = f64(ins[0])
         out = x.copy()
+        seen: list[tuple[int, np.ndarray, tuple]] = []  # (column, categories, its lookup)
         for j, cats, codes, unknown in zip(self.columns, self.categories, self.codes,
                                            self.unknown):
+            cats, col = f64(cats), x[:, int(j)]
+            # a column repeated with the same categories (TargetEncoder's multi-class
+            # encoding reads each feature once per class) reuses its lookup: comparing the
+            # two columns is one pass, the lookup a sort search and four
+            found_before = next((hit for k, c, hit in seen if c.shape == cats.shape
+                                 and np.array_equal(c, cats, equal_nan=True)
+                                 and np.array_equal(x[:, k], col, equal_nan=True)), None)
             # the first equal category by a sorted lookup (category_slots: a stable sort, so
             # among equal categories the first), one pass instead of one per category
-            slot, found = category_slots(x[:, int(j)], f64(cats), np.arange(len(cats)))
+            slot, found = found_before or category_slots(col, cats, np.arange(len(cats)))
+            if found_before is None:
+                seen.append((int(j), cats, (slot, found)))
             code = f64(codes)[np.maximum(slot, 0)] if len(cats) else slot.astype(np.float64)
             out[:, int(j)] = np.where(found, code, float(unknown))
         return out
