@@ -47,11 +47,13 @@ from peregrine.kernels.rowwise_emit import RBF_CHUNK, Emitter
 MAX_WIDTH = 512
 MAX_WEIGHTS = 1 << 15
 DOT_OUTPUTS = 4  # LINEAR with at most this many outputs: one vector dot product per output
-# NumPy ufunc -> the kernel's form: LLVM intrinsics (log is libm's, within a few ulps of
-# NumPy's), exact arithmetic (square, negative, reciprocal, sign: NumPy's bits) and vmath's
-# exp. Not the other transcendental functions: NumPy's own SIMD routines (0.11 ms for
-# log1p of 200K values, AMD EPYC family 26) beat a kernel calling the C library's per value
-# (a log1p -> StandardScaler -> Ridge pipeline: 2.87 ms fused against 2.83 ms by the rules)
+# NumPy ufunc -> the kernel's form: LLVM intrinsics, exact arithmetic (square, negative,
+# reciprocal, sign: NumPy's bits) and vmath's exp and log (each within 1 ulp of libm's and
+# of NumPy's; libm's log once per lane made a log -> StandardScaler -> LogisticRegression
+# pipeline slower than its rules). Not the other transcendental functions: NumPy's own SIMD
+# routines (0.11 ms for log1p of 200K values, AMD EPYC family 26) beat a kernel calling the
+# C library's per value (a log1p -> StandardScaler -> Ridge pipeline: 2.87 ms fused against
+# 2.83 ms by the rules)
 UFUNCS = {"log": "log", "exp": "exp", "sqrt": "sqrt", "absolute": "fabs", "abs": "fabs",
           "square": "square", "negative": "negative", "reciprocal": "reciprocal",
           "sign": "sign", "floor": "floor", "ceil": "ceil", "rint": "rint", "trunc": "trunc"}

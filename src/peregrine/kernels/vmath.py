@@ -1,4 +1,4 @@
-"""Vector ``exp`` for ``<n x double>`` values, written out in IR.
+"""Vector ``exp`` and ``log`` for ``<n x double>`` values, written out in IR.
 
 Why: ``llvm.exp.v4f64`` has no vector lowering without a vector math library, so LLVM calls
 libm's scalar ``exp`` once per lane, which made ``exp`` the largest cost of a fused
@@ -65,4 +65,64 @@ def exp(m: ir.Module, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     s1 = b.bitcast(b.shl(b.add(k1, bias), shift), vd)
     s2 = b.bitcast(b.shl(b.add(k2, bias), shift), vd)
     out = b.fmul(b.fmul(p, s1), s2)
+    return b.select(b.fcmp_unordered("uno", x, x), x, out)
+
+
+# ---------------------------------------------------------------------------------- log --
+# log: x = 2**k * m with m in [sqrt(2)/2, sqrt(2)), f = m - 1, s = f / (2 + f), and
+# log(1 + f) = 2s + (2/3)s**3 + ... = f - (f**2 / 2 - s (f**2 / 2 + R(s**2))), R a degree-7
+# polynomial in s**2 (the minimax coefficients of fdlibm's e_log.c, error below 2**-58.45);
+# then + k ln2 with ln2 split as for exp. Written for whole vectors: both of fdlibm's forms
+# of the last sum are computed and one is selected per lane, and its k == 0 shortcuts are
+# the general form's values (0 * ln2 terms change no bits). Against glibc's log: within 1
+# ulp (tests/test_vmath.py). Subnormal inputs are scaled by 2**54 first; log(0) = -inf,
+# log(x < 0) = NaN, log(inf) = inf, NaN stays NaN, as libm.
+LG = (6.666666666666735130e-01, 3.999999999940941908e-01, 2.857142874366239149e-01,
+      2.222219843214978396e-01, 1.818357216161805012e-01, 1.531383769920937332e-01,
+      1.479819860511658591e-01)
+TWO54 = 2.0**54
+SMALLEST_NORMAL = 2.0**-1022
+
+
+def log(m: ir.Module, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """Natural log of every lane of ``x`` (a ``<n x double>``)."""
+    n = x.type.count
+    vd, vi = x.type, ir.VectorType(I64, n)
+
+    def c(value: float) -> ir.Constant:
+        return ir.Constant(vd, [value] * n)
+
+    def ci(value: int) -> ir.Constant:
+        return ir.Constant(vi, [value] * n)
+
+    sub = b.and_(b.fcmp_ordered(">", x, c(0.0)), b.fcmp_ordered("<", x, c(SMALLEST_NORMAL)))
+    xs = b.select(sub, b.fmul(x, c(TWO54)), x)
+    bits = b.bitcast(xs, vi)
+    hx = b.lshr(bits, ci(32))  # the high word: sign, exponent, 20 bits of the mantissa
+    k = b.add(b.sub(b.lshr(hx, ci(20)), ci(1023)), b.select(sub, ci(-54), ci(0)))
+    hm = b.and_(hx, ci(0x000FFFFF))
+    # m's exponent: 0 (m in [1, sqrt 2)) or -1 (m in [sqrt 2 / 2, 1)), k adjusted to match
+    i = b.and_(b.add(hm, ci(0x95F64)), ci(0x100000))
+    high = b.or_(hm, b.xor(i, ci(0x3FF00000)))
+    mx = b.bitcast(b.or_(b.shl(high, ci(32)), b.and_(bits, ci(0xFFFFFFFF))), vd)
+    k = b.add(k, b.lshr(i, ci(20)))
+    f = b.fsub(mx, c(1.0))
+    s = b.fdiv(f, b.fadd(c(2.0), f))
+    dk = b.sitofp(k, vd)
+    z = b.fmul(s, s)
+    w = b.fmul(z, z)
+    t1 = b.fmul(w, b.fadd(c(LG[1]), b.fmul(w, b.fadd(c(LG[3]), b.fmul(w, c(LG[5]))))))
+    t2 = b.fmul(z, b.fadd(c(LG[0]), b.fmul(w, b.fadd(
+        c(LG[2]), b.fmul(w, b.fadd(c(LG[4]), b.fmul(w, c(LG[6]))))))))
+    r = b.fadd(t2, t1)
+    hfsq = b.fmul(b.fmul(c(0.5), f), f)
+    hi, lo = b.fmul(dk, c(LN2_HI)), b.fmul(dk, c(LN2_LO))
+    # f far from 0 (fdlibm's i > 0): the f**2 / 2 form; near 0, the s (f - R) one
+    wide = b.icmp_signed(">", b.or_(b.sub(hm, ci(0x6147A)), b.sub(ci(0x6B851), hm)), ci(0))
+    a = b.fsub(hi, b.fsub(b.fsub(hfsq, b.fadd(b.fmul(s, b.fadd(hfsq, r)), lo)), f))
+    a2 = b.fsub(hi, b.fsub(b.fsub(b.fmul(s, b.fsub(f, r)), lo), f))
+    out = b.select(wide, a, a2)
+    out = b.select(b.fcmp_ordered("==", x, c(math.inf)), c(math.inf), out)
+    out = b.select(b.fcmp_ordered("==", x, c(0.0)), c(-math.inf), out)
+    out = b.select(b.fcmp_ordered("<", x, c(0.0)), c(math.nan), out)
     return b.select(b.fcmp_unordered("uno", x, x), x, out)
