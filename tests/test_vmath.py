@@ -15,6 +15,7 @@ from llvmlite import ir  # noqa: E402
 
 from peregrine.kernels import jit, vmath  # noqa: E402
 from peregrine.kernels.irutil import F64, I64, PTR, gep  # noqa: E402
+from peregrine.kernels.vmath import LOG1P_HIGH, LOG1P_LOW  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -141,3 +142,36 @@ def test_log_special_values_and_powers_of_two():
     assert got[7] == 0.0 and not np.signbit(got[7])  # log(1) is +0
     p = 2.0 ** np.arange(-1074, 1024)
     assert _ulps(_vexp(p, 8, "log"), np.array([_libm_log(t) for t in p])).max() <= 1.0
+
+
+def _libm_log1p(t: float) -> float:
+    if math.isnan(t) or t < -1:
+        return math.nan
+    return -math.inf if t == -1 else math.log1p(t)
+
+
+@pytest.mark.parametrize("lanes", [1, 8])
+@pytest.mark.parametrize("lo, hi", [(-0.9999999, -0.29), (-0.3, 0.42), (0.4, 3.0),
+                                    (-1e-6, 1e-6), (1.0, 1e300), (1e-320, 1e-10)])
+def test_log1p_within_one_ulp_of_libm(lanes, lo, hi):
+    rng = np.random.default_rng(lanes + 7)
+    x = (np.exp(rng.uniform(math.log(lo), math.log(hi), 20_000)) if lo > 0 and hi / lo > 10
+         else rng.uniform(lo, hi, 20_000))
+    want = np.array([_libm_log1p(t) for t in x])
+    got = _vexp(x, lanes, "log1p")
+    assert _ulps(got, want).max() <= 1.0
+    assert _ulps(got, np.log1p(x)).max() <= 1.0
+
+
+def test_log1p_special_values():
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, -1.5, -1 + 2**-53, 2**53, 2**53 - 1,
+                  1e308, 5e-324, -5e-324, LOG1P_HIGH, np.nextafter(LOG1P_HIGH, 1), LOG1P_LOW,
+                  np.nextafter(LOG1P_LOW, -1), 1.0, -0.5])
+    got = _vexp(x, 4, "log1p")
+    want = np.array([_libm_log1p(t) for t in x])
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    assert np.array_equal(np.isinf(got[ok]), np.isinf(want[ok]))
+    fin = ok & np.isfinite(want)
+    assert _ulps(got[fin], want[fin]).max() <= 1.0
+    assert np.array_equal(np.signbit(got[:2]), [False, True])  # log1p(±0) = ±0

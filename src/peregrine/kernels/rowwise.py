@@ -48,13 +48,14 @@ MAX_WIDTH = 512
 MAX_WEIGHTS = 1 << 15
 DOT_OUTPUTS = 4  # LINEAR with at most this many outputs: one vector dot product per output
 # NumPy ufunc -> the kernel's form: LLVM intrinsics, exact arithmetic (square, negative,
-# reciprocal, sign: NumPy's bits) and vmath's exp and log (each within 1 ulp of libm's and
-# of NumPy's; libm's log once per lane made a log -> StandardScaler -> LogisticRegression
-# pipeline slower than its rules). Not the other transcendental functions: NumPy's own SIMD
-# routines (0.11 ms for log1p of 200K values, AMD EPYC family 26) beat a kernel calling the
-# C library's per value (a log1p -> StandardScaler -> Ridge pipeline: 2.87 ms fused against
-# 2.83 ms by the rules)
-UFUNCS = {"log": "log", "exp": "exp", "sqrt": "sqrt", "absolute": "fabs", "abs": "fabs",
+# reciprocal, sign: NumPy's bits) and vmath's exp, log and log1p (each within 1 ulp of
+# libm's and of NumPy's; libm's log once per lane made a log -> StandardScaler ->
+# LogisticRegression pipeline slower than its rules). Not the other transcendental
+# functions: NumPy's own SIMD routines (0.11 ms for log1p of 200K values, AMD EPYC family
+# 26) beat a kernel calling the C library's per value (a log1p -> StandardScaler -> Ridge
+# pipeline: 2.87 ms fused against 2.83 ms by the rules, before vmath's log1p)
+UFUNCS = {"log": "log", "log1p": "log1p", "exp": "exp", "sqrt": "sqrt", "absolute": "fabs",
+          "abs": "fabs",
           "square": "square", "negative": "negative", "reciprocal": "reciprocal",
           "sign": "sign", "floor": "floor", "ceil": "ceil", "rint": "rint", "trunc": "trunc"}
 # ACTIVATION kinds fused for a float64 network (a float32 one rounds as torch does: its

@@ -395,8 +395,8 @@ class Emitter:
         xs = [one[0] for one in ins]
         if s["f"] == "exp":
             return self.split(self.exp(self.joined(xs)), [x.type.count for x in xs])
-        if s["f"] == "log":  # vmath's: vector arithmetic, not libm's log once per lane
-            logs = self.split(vmath.log(self.m, self.b, self.joined(xs)),
+        if s["f"] in ("log", "log1p"):  # vmath's: vector arithmetic, not libm once per lane
+            logs = self.split(getattr(vmath, s["f"])(self.m, self.b, self.joined(xs)),
                               [x.type.count for x in xs])
             return [self.r32(s, v) for v in logs]
         f = s["f"]

@@ -126,3 +126,60 @@ def log(m: ir.Module, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     out = b.select(b.fcmp_ordered("==", x, c(0.0)), c(-math.inf), out)
     out = b.select(b.fcmp_ordered("<", x, c(0.0)), c(math.nan), out)
     return b.select(b.fcmp_unordered("uno", x, x), x, out)
+
+
+# -------------------------------------------------------------------------------- log1p --
+# log1p: fdlibm's s_log1p.c for whole vectors. Near 0 (-0.2929 < x < 0.41421) f = x and
+# k = 0, no rounding of 1 + x at all; elsewhere u = 1 + x reduced as log reduces its argument,
+# with c = the rounding error of 1 + x over u added back (0 past 2**53, where u = x). The same
+# polynomial as log's. fdlibm's shortcuts for tiny |f| are the general form's values within
+# its accuracy, so they are not taken; log1p(±0) keeps the zero's sign. Within 1 ulp of
+# glibc's log1p and of np.log1p (tests/test_vmath.py); log1p(-1) = -inf, below -1 NaN.
+LOG1P_HIGH = 0.41421353816986084  # fdlibm's bound: high word 0x3FDA827A
+LOG1P_LOW = -0.2928932188134524  # and 0xBFD2BEC3 on the negative side
+
+
+def log1p(m: ir.Module, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """log(1 + x) of every lane of ``x`` (a ``<n x double>``)."""
+    n = x.type.count
+    vd, vi = x.type, ir.VectorType(I64, n)
+
+    def c(value: float) -> ir.Constant:
+        return ir.Constant(vd, [value] * n)
+
+    def ci(value: int) -> ir.Constant:
+        return ir.Constant(vi, [value] * n)
+
+    big = b.fcmp_ordered(">=", x, c(2.0**53))
+    u = b.select(big, x, b.fadd(c(1.0), x))
+    bits = b.bitcast(u, vi)
+    hu = b.lshr(bits, ci(32))
+    k = b.sub(b.lshr(hu, ci(20)), ci(1023))
+    # the rounding error of 1 + x, relative to u: exact either way round (Sterbenz)
+    err = b.select(b.icmp_signed(">", k, ci(0)), b.fsub(c(1.0), b.fsub(u, x)),
+                   b.fsub(x, b.fsub(u, c(1.0))))
+    corr = b.select(big, c(0.0), b.fdiv(err, u))
+    hm = b.and_(hu, ci(0x000FFFFF))
+    low = b.icmp_signed("<", hm, ci(0x6A09E))  # u's mantissa below sqrt 2: m in [1, sqrt 2)
+    high = b.select(low, b.or_(hm, ci(0x3FF00000)), b.or_(hm, ci(0x3FE00000)))
+    k = b.select(low, k, b.add(k, ci(1)))
+    um = b.bitcast(b.or_(b.shl(high, ci(32)), b.and_(bits, ci(0xFFFFFFFF))), vd)
+    near0 = b.and_(b.fcmp_ordered(">", x, c(LOG1P_LOW)), b.fcmp_ordered("<", x, c(LOG1P_HIGH)))
+    f = b.select(near0, x, b.fsub(um, c(1.0)))
+    corr = b.select(near0, c(0.0), corr)
+    dk = b.sitofp(b.select(near0, ci(0), k), vd)
+    hfsq = b.fmul(b.fmul(c(0.5), f), f)
+    s = b.fdiv(f, b.fadd(c(2.0), f))
+    z = b.fmul(s, s)
+    r = c(LG[6])
+    for coef in reversed(LG[:6]):
+        r = b.fadd(c(coef), b.fmul(z, r))
+    r = b.fmul(z, r)
+    tail = b.fadd(b.fmul(dk, c(LN2_LO)), corr)
+    out = b.fsub(b.fmul(dk, c(LN2_HI)),
+                 b.fsub(b.fsub(hfsq, b.fadd(b.fmul(s, b.fadd(hfsq, r)), tail)), f))
+    out = b.select(b.fcmp_ordered("==", x, c(0.0)), x, out)  # ±0 as it came
+    out = b.select(b.fcmp_ordered("==", x, c(math.inf)), c(math.inf), out)
+    out = b.select(b.fcmp_ordered("==", x, c(-1.0)), c(-math.inf), out)
+    out = b.select(b.fcmp_ordered("<", x, c(-1.0)), c(math.nan), out)
+    return b.select(b.fcmp_unordered("uno", x, x), x, out)
