@@ -13,7 +13,8 @@ from peregrine.errors import InputError
 from peregrine.ir.spec import GUARD, ModelSpec
 from peregrine.runtime.cat_hash import hash_column
 from peregrine.runtime.categories import category_codes, few_codes, is_vocabulary
-from peregrine.runtime.guards import FLOAT32_OVERFLOW, na_columns, read_columns
+from peregrine.runtime.guards import na_columns, read_columns
+from peregrine.runtime.intervals import FLOAT32_OVERFLOW
 from peregrine.runtime.sparse import densify, is_sparse
 
 
