@@ -21,6 +21,7 @@ underflow below -745.13 gives 0, as libm.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from llvmlite import ir
 
@@ -84,16 +85,22 @@ TWO54 = 2.0**54
 SMALLEST_NORMAL = 2.0**-1022
 
 
+def _splat(vt: ir.VectorType) -> Any:
+    """value -> the constant vector of ``vt`` holding it in every lane."""
+    return lambda value: ir.Constant(vt, [value] * vt.count)
+
+
+def _with_high_word(b: ir.IRBuilder, bits: ir.Value, high: ir.Value, vd: ir.Type) -> ir.Value:
+    """The doubles whose low 32 bits are ``bits``' and whose high 32 bits are ``high``."""
+    vi = bits.type
+    low = b.and_(bits, ir.Constant(vi, [0xFFFFFFFF] * vi.count))
+    return b.bitcast(b.or_(b.shl(high, ir.Constant(vi, [32] * vi.count)), low), vd)
+
+
 def log(m: ir.Module, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """Natural log of every lane of ``x`` (a ``<n x double>``)."""
-    n = x.type.count
-    vd, vi = x.type, ir.VectorType(I64, n)
-
-    def c(value: float) -> ir.Constant:
-        return ir.Constant(vd, [value] * n)
-
-    def ci(value: int) -> ir.Constant:
-        return ir.Constant(vi, [value] * n)
+    vd, vi = x.type, ir.VectorType(I64, x.type.count)
+    c, ci = _splat(vd), _splat(vi)
 
     sub = b.and_(b.fcmp_ordered(">", x, c(0.0)), b.fcmp_ordered("<", x, c(SMALLEST_NORMAL)))
     xs = b.select(sub, b.fmul(x, c(TWO54)), x)
@@ -104,7 +111,7 @@ def log(m: ir.Module, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     # m's exponent: 0 (m in [1, sqrt 2)) or -1 (m in [sqrt 2 / 2, 1)), k adjusted to match
     i = b.and_(b.add(hm, ci(0x95F64)), ci(0x100000))
     high = b.or_(hm, b.xor(i, ci(0x3FF00000)))
-    mx = b.bitcast(b.or_(b.shl(high, ci(32)), b.and_(bits, ci(0xFFFFFFFF))), vd)
+    mx = _with_high_word(b, bits, high, vd)
     k = b.add(k, b.lshr(i, ci(20)))
     f = b.fsub(mx, c(1.0))
     s = b.fdiv(f, b.fadd(c(2.0), f))
@@ -141,14 +148,8 @@ LOG1P_LOW = -0.2928932188134524  # and 0xBFD2BEC3 on the negative side
 
 def log1p(m: ir.Module, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """log(1 + x) of every lane of ``x`` (a ``<n x double>``)."""
-    n = x.type.count
-    vd, vi = x.type, ir.VectorType(I64, n)
-
-    def c(value: float) -> ir.Constant:
-        return ir.Constant(vd, [value] * n)
-
-    def ci(value: int) -> ir.Constant:
-        return ir.Constant(vi, [value] * n)
+    vd, vi = x.type, ir.VectorType(I64, x.type.count)
+    c, ci = _splat(vd), _splat(vi)
 
     big = b.fcmp_ordered(">=", x, c(2.0**53))
     u = b.select(big, x, b.fadd(c(1.0), x))
@@ -163,7 +164,7 @@ def log1p(m: ir.Module, b: ir.IRBuilder, x: ir.Value) -> ir.Value:
     low = b.icmp_signed("<", hm, ci(0x6A09E))  # u's mantissa below sqrt 2: m in [1, sqrt 2)
     high = b.select(low, b.or_(hm, ci(0x3FF00000)), b.or_(hm, ci(0x3FE00000)))
     k = b.select(low, k, b.add(k, ci(1)))
-    um = b.bitcast(b.or_(b.shl(high, ci(32)), b.and_(bits, ci(0xFFFFFFFF))), vd)
+    um = _with_high_word(b, bits, high, vd)
     near0 = b.and_(b.fcmp_ordered(">", x, c(LOG1P_LOW)), b.fcmp_ordered("<", x, c(LOG1P_HIGH)))
     f = b.select(near0, x, b.fsub(um, c(1.0)))
     corr = b.select(near0, c(0.0), corr)
