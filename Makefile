@@ -10,7 +10,10 @@ STAMP := $(VENV)/.installed
 
 # The suite again with the native backend and the math libraries (ATen, oneDNN, MKL, OpenBLAS)
 # held to lower x86-64 levels, so one machine runs the code paths an AVX2 or SSE4.2 CPU takes.
-CPU_LEVELS := x86-64-v3 x86-64-v2
+# Empty (the default): the levels below this CPU's (`cpu_level --below-host`): x86-64-v3 and v2
+# on an AVX-512 host, only v2 on an AVX2 host (its own run takes the v3 paths already).
+# `make test-cpu-levels CPU_LEVELS="x86-64-v3 x86-64-v2"` forces a list.
+CPU_LEVELS ?=
 
 .PHONY: demo test test-all test-gpu test-cpu-levels lint typecheck clean env bench-deps bench
 # Peers for benchmarks only (demo and test do not need them): ONNX converters, TL2cgen (with
@@ -41,7 +44,10 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -m "not slow and not peer" --timeout 900
 
 test-cpu-levels: $(STAMP)
-	for level in $(CPU_LEVELS); do \
+	levels="$(CPU_LEVELS)"; \
+	[ -n "$$levels" ] || levels=$$($(BIN)/python -m peregrine.tools.cpu_level --below-host); \
+	echo "== levels below this CPU's: $${levels:-none}"; \
+	for level in $$levels; do \
 	  echo "== forced CPU level $$level"; \
 	  $(BIN)/python -m peregrine.tools.cpu_level $$level -- \
 	    $(BIN)/python -m pytest -n 2 -m "not slow and not peer" --timeout 900 || exit $$?; \
