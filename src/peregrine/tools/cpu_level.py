@@ -21,7 +21,6 @@ import sys
 
 from peregrine.config import CPU_LEVELS
 
-
 # x86-64 micro-architecture levels, lowest first; v4 (AVX-512) is never forced, only detected
 LEVEL_ORDER = ("x86-64-v2", "x86-64-v3", "x86-64-v4")
 _V4_FEATURES = ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl")
