@@ -39,7 +39,8 @@ def cache_dir() -> Path:
 
 
 # Forced CPU levels. The project's machines are Intel or AMD with AVX-512, or AMD Zen 3 with
-# AVX2 only; other users' CPUs may have AVX2 or only SSE4.2, and take other code paths in our kernels and in the math libraries.
+# AVX2 only; other users' CPUs may have AVX2 or only SSE4.2, and take other code paths in our
+# kernels and in the math libraries.
 # A level names what the native backend generates code for (LLVM's CPU name and the features it
 # may use) and the switches that hold torch (ATen), oneDNN, MKL and OpenBLAS to the same level.
 # Those libraries read their switches once, when they load: set them before Python starts

@@ -6,8 +6,8 @@
 
 The project's machines are x86-64 CPUs with AVX-512 (Intel Rocket Lake, AMD Zen 4) or with
 AVX2 only (AMD Zen 3); users' may have AVX2 (x86-64-v3) or only SSE4.2 (x86-64-v2), and then
-take other code paths: in the native backend (other vector widths, lane
-permutes, schedules) and in the math libraries (torch's ATen kernels, oneDNN, MKL, OpenBLAS).
+take other code paths: in the native backend (other vector widths, lane permutes, schedules)
+and in the math libraries (torch's ATen kernels, oneDNN, MKL, OpenBLAS).
 The command runs with ``PEREGRINE_CPU_LEVEL`` set (the native backend generates code for that
 level only) and each library's own switch for the same level (``peregrine.config.CPU_LEVELS``).
 The libraries read their switches when they load, hence a new process rather than a function.
