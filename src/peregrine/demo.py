@@ -5,6 +5,7 @@ comparison. Run with ``python -m peregrine.demo [--rows N]``."""
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import platform
 import statistics
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Peregrine {peregrine.__version__} demo on {platform.processor() or platform.machine()}"
           f", Python {platform.python_version()}; backends: {', '.join(backends)}")
     print(f"Scoring {len(X_test)} rows x 28 features (float32, with NaN); median of "
-          f"{args.repeat} runs; batch 1 = per-row calls\n")
+          f"{args.repeat} runs; batch 1 = per-row calls (the library's with n_jobs=1)\n")
     header = f"{'model':<24}{'system':<20}{'compile s':>10}{'max |diff|':>12}" + "".join(
         f"{'b=' + str(b) + ' us/row':>16}" for b in batches
     )
@@ -91,7 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     failures = 0
     for name, model in _models(X_train, y_train):
-        base = {b: _time(model.predict_proba, X_test, b, args.repeat) for b in batches}
+        # per-row calls of the library on one thread: its pool (n_jobs=2) costs far more than
+        # a row (a RandomForest: 40 ms per call on an AMD EPYC Zen 3), as in bench_trees.py
+        single = copy.deepcopy(model)
+        single.set_params(n_jobs=1)
+        base = {b: _time((single if b == 1 else model).predict_proba, X_test, b, args.repeat)
+                for b in batches}
         print(f"{name:<24}{'source library':<20}{'':>10}{'':>12}" + "".join(
             f"{base[b] * 1e6:>16.3f}" for b in batches))
         want = model.predict_proba(X_test)
