@@ -75,8 +75,8 @@ def test_deep_trees_keep_float32_products(monkeypatch):
     compiled = peregrine.compile(model, "torch", options=GEMM)
     slots = {m.slot.dtype for m in _gemm_modules(compiled)}
     assert slots == {torch.float32}  # thousands of leaves per tree
-    # the comparisons' bfloat16 products are emulated where the CPU lacks AVX512_BF16/AMX
-    # (exact_bf16 is forced above): 300 rows took 28 s on an AMD EPYC Zen 3, so fewer there
+    # bfloat16 products are emulated where the CPU lacks AVX512_BF16/AMX (exact_bf16 is forced
+    # above): 300 rows took 28 s of torch.bmm (the leaf stage) on an AMD EPYC Zen 3, so fewer
     n = 300 if trees._cpu_flags() & {"avx512_bf16", "amx_bf16"} else 24
     np.testing.assert_allclose(compiled.predict(X[:n]), model.predict(X[:n]),
                                rtol=1e-5, atol=1e-6)
